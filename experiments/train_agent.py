@@ -1,0 +1,40 @@
+r"""Trains a tool-using agent: SFT on a noisy expert, then GRPO, then evaluation.
+
+    python -m experiments.train_agent --workdir=/tmp/rlagents_calc
+    python -m experiments.train_agent --workdir=/tmp/smoke \
+        --config=experiments/configs/calculator.py:smoke --config.seed=1
+"""
+
+import os
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+from ml_collections import config_flags
+
+from rlagents import checkpoint
+from rlagents import pipeline
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", os.path.join(os.path.dirname(__file__), "configs", "calculator.py"),
+    "Experiment config file, optionally with a variant after a colon.", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", "/tmp/rlagents_calc", "Where the run lives.")
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  try:
+    config = pipeline.config_from_dict(_CONFIG.value.to_dict())
+    report = pipeline.train_and_evaluate(config, _WORKDIR.value)
+  except (pipeline.ConfigError, pipeline.JobError, checkpoint.CheckpointError) as e:
+    sys.exit(f"error: {e}")
+  heldout = report["splits"]["heldout"]
+  print("heldout success: expert {:.3f}  sft {:.3f}  grpo {:.3f}".format(
+      heldout["expert"]["success"], heldout["sft"]["success"], heldout["grpo"]["success"]))
+  print(f"report: {os.path.join(_WORKDIR.value, 'report.json')}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,68 @@
+"""Supervised fine-tuning on demonstrations: masked next-token cross-entropy."""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from rlagents.learners import _state
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SFTConfig:
+  """Supervised warm start on demonstrations.
+
+  Attributes:
+    num_demonstrations: demonstration episodes generated from the training split.
+    num_steps: optimizer steps.
+    batch_size: episodes per step.
+    optimizer: optimizer settings.
+  """
+  num_demonstrations: int = 8000
+  num_steps: int = 1200
+  batch_size: int = 64
+  optimizer: _state.OptimizerConfig = _state.OptimizerConfig(
+      learning_rate=2e-3, warmup_steps=100, decay_steps=1100)
+
+  def __post_init__(self):
+    for name in ("num_demonstrations", "batch_size"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"SFTConfig.{name} must be >= 1, got {getattr(self, name)}")
+    if self.num_steps < 0:
+      raise ValueError(f"SFTConfig.num_steps must be >= 0, got {self.num_steps}")
+
+
+def sft_loss(params, apply_fn, tokens: jax.Array, loss_mask: jax.Array):
+  """Mean negative log-likelihood of the tokens where `loss_mask` is 1.
+
+  Args:
+    tokens: `[B, T]` int32 episodes.
+    loss_mask: `[B, T]` float32, 1 on the demonstrator's own tokens (not prompt or observations).
+
+  Returns:
+    `(loss, metrics)`.
+  """
+  logp = _state.forward_logprobs(apply_fn, params, tokens)
+  num_tokens = jnp.maximum(loss_mask.sum(), 1.0)
+  nll = -(logp * loss_mask).sum() / num_tokens
+  return nll, {"sft/nll": nll, "sft/tokens": loss_mask.sum()}
+
+
+def sft_update(state, batch, key=None):
+  """One optimizer step; pure `(state, batch, key) -> (state, metrics)`."""
+  del key  # deterministic
+  grad_fn = jax.value_and_grad(sft_loss, has_aux=True)
+  (_, metrics), grads = grad_fn(state.params, state.apply_fn, batch["tokens"], batch["loss_mask"])
+  metrics["sft/grad_norm"] = global_norm(grads)
+  return state.apply_gradients(grads=grads), metrics
+
+
+def global_norm(tree) -> jax.Array:
+  return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(tree)))
+
+
+def make_sft_step():
+  """The jitted SFT update; the state buffer is donated."""
+  return jax.jit(sft_update, donate_argnums=(0,))
+

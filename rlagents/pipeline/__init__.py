@@ -1,0 +1,19 @@
+"""End-to-end jobs: tasks -> SFT -> RL -> evaluation, with checkpoints, metrics and audit logs."""
+
+from rlagents.pipeline._config import AgentJobConfig
+from rlagents.pipeline._config import config_from_dict
+from rlagents.pipeline._config import config_to_dict
+from rlagents.pipeline._config import ConfigError
+from rlagents.pipeline._config import EvalConfig
+from rlagents.pipeline._agent_job import JobError
+from rlagents.pipeline._agent_job import train_and_evaluate
+
+__all__ = [
+    "AgentJobConfig",
+    "ConfigError",
+    "EvalConfig",
+    "JobError",
+    "config_from_dict",
+    "config_to_dict",
+    "train_and_evaluate",
+]

@@ -1,0 +1,151 @@
+"""The typed, validated configuration of the agent job and its conversion from nested dicts.
+
+The dataclasses are the single source of defaults: `experiments/configs/` builds its
+ml_collections config from `config_to_dict(AgentJobConfig())`, so every field can be overridden
+from the command line, and `config_from_dict` turns it back, naming any unknown key or bad value.
+"""
+
+import dataclasses
+import typing
+from typing import Any, Mapping
+
+from rlagents.learners import GRPOConfig
+from rlagents.learners import OptimizerConfig
+from rlagents.learners import SFTConfig
+from rlagents.networks import TransformerConfig
+from rlagents.rewards import RewardConfig
+from rlagents.rollout import RolloutConfig
+from rlagents.tasks import CalculatorSuiteConfig
+from rlagents.tasks.calculator_expert import NoisyExpertConfig
+
+
+class ConfigError(ValueError):
+  """A config key that does not exist, or a value that is impossible."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EvalConfig:
+  """Evaluation settings.
+
+  Attributes:
+    every_steps: evaluate on `heldout` every this many GRPO steps (0: only at the end).
+    curve_tasks: heldout tasks used for the learning curve during training.
+    temperature: sampling temperature of the evaluated policy (1 evaluates the stochastic
+      policy that RL optimizes; 0 is greedy).
+    greedy_too: also report greedy (temperature 0) success in the final report.
+  """
+  every_steps: int = 25
+  curve_tasks: int = 256
+  temperature: float = 1.0
+  greedy_too: bool = True
+
+  def __post_init__(self):
+    if self.every_steps < 0 or self.curve_tasks < 1:
+      raise ValueError("EvalConfig.every_steps must be >= 0 and curve_tasks >= 1")
+    if self.temperature < 0:
+      raise ValueError(f"EvalConfig.temperature must be >= 0, got {self.temperature}")
+
+
+def _default_model() -> TransformerConfig:
+  # vocab_size is set from the tokenizer by the job; max_len covers the rollout buffer.
+  return TransformerConfig(vocab_size=1, d_model=128, n_layers=3, n_heads=4, n_kv_heads=2,
+                           d_ff=384, max_len=192)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AgentJobConfig:
+  """The main job: SFT on a noisy expert's demonstrations, then GRPO, then evaluation.
+
+  Attributes:
+    seed: seeds parameters, data order, sampling and the tools' randomness.
+    model: the policy network (vocab_size is taken from the tokenizer).
+    tasks: the calculator task suite and its splits.
+    tool_failure_rate: fraction of calculator calls that fail transiently ("busy, retry").
+    expert: the scripted demonstrator's error rates.
+    rollout: episode limits and sampling settings for RL.
+    reward: weights of the reward terms.
+    sft: the supervised warm start.
+    grpo: the RL phase.
+    eval: evaluation settings.
+    checkpoint_every: save every this many steps of each phase (and at each phase's end).
+    log_every: write training metrics every this many steps.
+  """
+  seed: int = 0
+  model: TransformerConfig = dataclasses.field(default_factory=_default_model)
+  tasks: CalculatorSuiteConfig = CalculatorSuiteConfig()
+  tool_failure_rate: float = 0.2
+  expert: NoisyExpertConfig = NoisyExpertConfig()
+  rollout: RolloutConfig = RolloutConfig()
+  reward: RewardConfig = RewardConfig()
+  sft: SFTConfig = SFTConfig()
+  grpo: GRPOConfig = GRPOConfig()
+  eval: EvalConfig = EvalConfig()
+  checkpoint_every: int = 100
+  log_every: int = 10
+
+  def __post_init__(self):
+    if not 0 <= self.tool_failure_rate < 1:
+      raise ValueError(f"tool_failure_rate must be in [0, 1), got {self.tool_failure_rate}")
+    if self.checkpoint_every < 1 or self.log_every < 1:
+      raise ValueError("checkpoint_every and log_every must be >= 1")
+    if self.rollout.max_length > self.model.max_len:
+      raise ValueError(f"rollout.max_length ({self.rollout.max_length}) exceeds model.max_len "
+                       f"({self.model.max_len})")
+    if self.sft.num_demonstrations > self.tasks.num_train:
+      raise ValueError(f"sft.num_demonstrations ({self.sft.num_demonstrations}) exceeds "
+                       f"tasks.num_train ({self.tasks.num_train})")
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+  """Nested plain dict of a config dataclass."""
+  return dataclasses.asdict(config)
+
+
+def _build(default: Any, values: Mapping[str, Any], path: str):
+  """`default` with `values` applied, recursing into nested configs; validates on the way."""
+  cls = type(default)
+  hints = typing.get_type_hints(cls)
+  fields = {f.name for f in dataclasses.fields(cls)}
+  kwargs = {}
+  for key, value in values.items():
+    name = f"{path}{key}"
+    if key not in fields:
+      raise ConfigError(f"unknown config key '{name}' (valid keys of '{path or '.'}': "
+                        f"{', '.join(sorted(fields))})")
+    if dataclasses.is_dataclass(hints[key]):
+      if not isinstance(value, Mapping):
+        raise ConfigError(f"config key '{name}' must be a group of settings, got {value!r}")
+      kwargs[key] = _build(getattr(default, key), value, f"{name}.")
+    else:
+      kwargs[key] = _coerce(hints[key], value, name)
+  try:
+    return dataclasses.replace(default, **kwargs)
+  except (ValueError, TypeError) as e:
+    raise ConfigError(f"invalid config '{path.rstrip('.') or 'config'}': {e}") from e
+
+
+def _coerce(hint, value, name):
+  if hint is bool:
+    if not isinstance(value, bool):
+      raise ConfigError(f"config key '{name}' must be true or false, got {value!r}")
+    return value
+  if hint is int:
+    if isinstance(value, bool) or not isinstance(value, int):
+      raise ConfigError(f"config key '{name}' must be an integer, got {value!r}")
+    return value
+  if hint is float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+      raise ConfigError(f"config key '{name}' must be a number, got {value!r}")
+    return float(value)
+  if hint is str and not isinstance(value, str):
+    raise ConfigError(f"config key '{name}' must be a string, got {value!r}")
+  return value
+
+
+def config_from_dict(values: Mapping[str, Any]) -> AgentJobConfig:
+  """Builds and validates an `AgentJobConfig`; missing keys keep their defaults.
+
+  Raises:
+    ConfigError: naming an unknown key, a value of the wrong type, or an impossible value.
+  """
+  return _build(AgentJobConfig(), values, "")

@@ -1,0 +1,76 @@
+"""The default reward of a tool-use episode: a verifiable gate plus light shaping (host code).
+
+    reward = w_correct * [answer verified]
+           + w_tool * [some call returned a result that verifies]      (the right tool, valid
+                                                                        arguments, a useful result)
+           + w_redundant * (number of calls repeating a call that had already succeeded)
+           + w_recovery * [a call failed earlier and the answer is verified]
+
+Each term's raw value is logged beside the total, so a shaping term that starts to dominate the
+gate (reward hacking by farming a bonus) shows up in the metrics.
+"""
+
+import dataclasses
+from typing import Any, Callable
+
+from rlagents.rollout import _episode
+from rlagents.tools import CallStatus
+
+TERMS = ("correct_answer", "correct_tool_call", "redundant_calls", "recovery")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RewardConfig:
+  """Weights of the reward terms.
+
+  Attributes:
+    correct_answer: weight of the verifiable gate (1 when the final answer verifies).
+    correct_tool_call: bonus, once per episode, for a call whose result verifies.
+    redundant_call: added per call that repeats an earlier successful call (a penalty: <= 0).
+    recovery: bonus when a call failed (any error) and the episode still ends correct.
+  """
+  correct_answer: float = 1.0
+  correct_tool_call: float = 0.1
+  redundant_call: float = -0.05
+  recovery: float = 0.1
+
+  def __post_init__(self):
+    if self.correct_answer <= 0:
+      raise ValueError(f"RewardConfig.correct_answer must be > 0, got {self.correct_answer}")
+    if self.redundant_call > 0:
+      raise ValueError(f"RewardConfig.redundant_call is a penalty and must be <= 0, got "
+                       f"{self.redundant_call}")
+    for name in ("correct_tool_call", "recovery"):
+      if getattr(self, name) < 0:
+        raise ValueError(f"RewardConfig.{name} must be >= 0, got {getattr(self, name)}")
+
+
+def reward_terms(episode: _episode.Episode,
+                 verify: Callable[[Any, str], bool]) -> dict[str, float]:
+  """The raw (unweighted) value of every term for one finished episode."""
+  calls = episode.calls
+  correct = episode.answer is not None and verify(episode.task, episode.answer)
+  useful_call = any(r.status == CallStatus.OK and verify(episode.task, r.observation)
+                    for r in calls)
+  redundant = 0
+  succeeded = set()
+  for r in calls:
+    if r.status == CallStatus.OK:
+      if r.call in succeeded:
+        redundant += 1
+      succeeded.add(r.call)
+  failed = any(r.status != CallStatus.OK for r in calls)
+  return {
+      "correct_answer": float(correct),
+      "correct_tool_call": float(useful_call),
+      "redundant_calls": float(redundant),
+      "recovery": float(failed and correct),
+  }
+
+
+def compose_reward(terms: dict[str, float], config: RewardConfig) -> float:
+  """The weighted sum of the terms."""
+  return (config.correct_answer * terms["correct_answer"]
+          + config.correct_tool_call * terms["correct_tool_call"]
+          + config.redundant_call * terms["redundant_calls"]
+          + config.recovery * terms["recovery"])

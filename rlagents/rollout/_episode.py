@@ -1,0 +1,121 @@
+"""One tool-use episode as a host-side state machine, shared by model and scripted policies.
+
+Not jittable: it parses text and runs tools. The policy (a model or a scripted expert) writes a
+segment of text that ends with a stop marker; `advance` interprets it, runs the tool on a call and
+returns the observation to append, or ends the episode on an answer.
+"""
+
+import dataclasses
+from typing import Any, Protocol
+
+import numpy as np
+
+from rlagents import tools as tools_lib
+
+CALL_OPEN, CALL_CLOSE = "<call>", "</call>"
+OBS_OPEN, OBS_CLOSE = "<obs>", "</obs>"
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+BOS, EOS = "<bos>", "<eos>"
+
+
+class Task(Protocol):
+  """What an episode needs of a task: an id and the prompt text."""
+  task_id: str
+
+  @property
+  def prompt(self) -> str:
+    ...
+
+
+@dataclasses.dataclass
+class Action:
+  """One segment the policy wrote, and what came of it.
+
+  Attributes:
+    text: the segment as generated, stop marker included.
+    kind: "call", "answer" or "truncated" (no stop marker, or a limit was hit).
+    result: the tool result for a call, else None.
+  """
+  text: str
+  kind: str
+  result: tools_lib.ToolResult | None = None
+
+
+@dataclasses.dataclass
+class Episode:
+  """A whole episode: the task, every action, the final answer, and later its reward terms."""
+  task: Any
+  actions: list[Action] = dataclasses.field(default_factory=list)
+  answer: str | None = None
+  done: bool = False
+  reward: float = 0.0
+  reward_terms: dict[str, float] = dataclasses.field(default_factory=dict)
+
+  @property
+  def truncated(self) -> bool:
+    return self.done and self.answer is None
+
+  @property
+  def calls(self) -> list[tools_lib.ToolResult]:
+    return [a.result for a in self.actions if a.kind == "call"]
+
+  def to_record(self) -> dict[str, Any]:
+    """A JSON-serialisable record for the audit log."""
+    return {
+        "task_id": self.task.task_id,
+        "prompt": self.task.prompt,
+        "actions": [{
+            "text": a.text,
+            "kind": a.kind,
+            "tool": (a.result.call.name if a.result and a.result.call else None),
+            "arguments": (a.result.call.arguments if a.result and a.result.call else None),
+            "status": (a.result.status.value if a.result else None),
+            "observation": (a.result.observation if a.result else None),
+        } for a in self.actions],
+        "answer": self.answer,
+        "truncated": self.truncated,
+        "reward": self.reward,
+        "reward_terms": self.reward_terms,
+    }
+
+
+def prompt_text(task: Task) -> str:
+  return BOS + task.prompt
+
+
+def observation_text(observation: str) -> str:
+  return OBS_OPEN + observation + OBS_CLOSE
+
+
+def advance(episode: Episode, segment: str, *, toolbox: tools_lib.ToolBox,
+            rng: np.random.Generator, max_tool_calls: int) -> str | None:
+  """Interprets one generated segment; returns the text to append, or None once done.
+
+  A segment ending in `</answer>` ends the episode with the text after its last `<answer>`
+  (the whole segment if the marker is missing, which the verifier then rejects). A segment
+  ending in `</call>` runs the tool on the text after its last `<call>`; every tool failure is an
+  observation. Anything else (no stop marker, EOS, too many calls) ends the episode unanswered.
+  """
+  if episode.done:
+    raise ValueError("advance() called on a finished episode")
+  if segment.endswith(ANSWER_CLOSE):
+    body = segment[:-len(ANSWER_CLOSE)]
+    episode.answer = body.rsplit(ANSWER_OPEN, 1)[-1]
+    episode.actions.append(Action(segment, "answer"))
+    episode.done = True
+    return None
+  if segment.endswith(CALL_CLOSE) and len(episode.calls) < max_tool_calls:
+    body = segment[:-len(CALL_CLOSE)]
+    result = toolbox.execute(body.rsplit(CALL_OPEN, 1)[-1], rng)
+    episode.actions.append(Action(segment, "call", result))
+    return observation_text(result.observation)
+  episode.actions.append(Action(segment, "truncated"))
+  episode.done = True
+  return None
+
+
+def end_unanswered(episode: Episode, segment: str = "") -> None:
+  """Ends an episode that ran out of room or turns without an answer."""
+  if not episode.done:
+    episode.actions.append(Action(segment, "truncated"))
+    episode.done = True

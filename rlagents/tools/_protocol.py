@@ -1,0 +1,118 @@
+"""The tool protocol, the call parser and the registry that executes calls (host code)."""
+
+import dataclasses
+import enum
+import re
+from typing import Any, Mapping, Protocol
+
+import numpy as np
+
+_CALL_PATTERN = re.compile(r"([a-z_][a-z0-9_]*)\((.*)\)", re.DOTALL)
+
+
+class CallStatus(str, enum.Enum):
+  """What became of one tool call."""
+  OK = "ok"
+  MALFORMED = "malformed"                  # not `name(arguments)`
+  UNKNOWN_TOOL = "unknown_tool"            # no tool of that name is registered
+  INVALID_ARGUMENTS = "invalid_arguments"  # the tool rejected its arguments
+  TRANSIENT_ERROR = "transient_error"      # a valid call that failed this time; retrying helps
+
+
+class ToolError(Exception):
+  """A tool rejected its arguments; the message is shown to the agent."""
+
+
+class TransientToolError(ToolError):
+  """A valid call that failed this time (busy, timed out); the same call may succeed later."""
+
+
+class MalformedToolCall(ValueError):
+  """The text between `<call>` and `</call>` is not `name(arguments)`."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolSpec:
+  """What the agent and the guardrails know about a tool.
+
+  Attributes:
+    name: the name the agent writes in a call.
+    description: one line for prompts and docs.
+    parameters: JSON schema of the arguments.
+    cost: a cost or risk tag ("low", "high", ...) that guardrails may act on.
+  """
+  name: str
+  description: str
+  parameters: Mapping[str, Any]
+  cost: str = "low"
+
+
+class Tool(Protocol):
+  """A callable tool: `tool(arguments, rng) -> output text`, raising `ToolError` on bad input."""
+  spec: ToolSpec
+
+  def __call__(self, arguments: str, rng: np.random.Generator) -> str:
+    ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolCall:
+  name: str
+  arguments: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolResult:
+  """The outcome of one call: its status and the observation text the agent reads."""
+  call: ToolCall | None
+  status: CallStatus
+  observation: str
+
+  @property
+  def valid(self) -> bool:
+    """A well-formed call to a known tool with accepted arguments (transient failures included)."""
+    return self.status in (CallStatus.OK, CallStatus.TRANSIENT_ERROR)
+
+
+def parse_tool_call(text: str) -> ToolCall:
+  """Parses `name(arguments)`, the text between `<call>` and `</call>`.
+
+  Raises:
+    MalformedToolCall: when the text is not of that form.
+  """
+  match = _CALL_PATTERN.fullmatch(text.strip())
+  if match is None:
+    raise MalformedToolCall("bad call, use name(args)")
+  return ToolCall(name=match.group(1), arguments=match.group(2))
+
+
+class ToolBox:
+  """A registry of tools that turns call text into an observation and never raises."""
+
+  def __init__(self, tools: "list[Tool] | tuple[Tool, ...]"):
+    self._tools: dict[str, Tool] = {}
+    for tool in tools:
+      if tool.spec.name in self._tools:
+        raise ValueError(f"tool {tool.spec.name!r} is registered twice")
+      self._tools[tool.spec.name] = tool
+
+  @property
+  def specs(self) -> tuple[ToolSpec, ...]:
+    return tuple(tool.spec for tool in self._tools.values())
+
+  def execute(self, call_text: str, rng: np.random.Generator) -> ToolResult:
+    """Parses and runs one call; every failure becomes an `error: ...` observation."""
+    try:
+      call = parse_tool_call(call_text)
+    except MalformedToolCall as e:
+      return ToolResult(None, CallStatus.MALFORMED, f"error: {e}")
+    tool = self._tools.get(call.name)
+    if tool is None:
+      return ToolResult(call, CallStatus.UNKNOWN_TOOL, f"error: no tool {call.name[:12]}")
+    try:
+      output = tool(call.arguments, rng)
+    except TransientToolError as e:
+      return ToolResult(call, CallStatus.TRANSIENT_ERROR, f"error: {e}")
+    except (ToolError, ValueError) as e:
+      return ToolResult(call, CallStatus.INVALID_ARGUMENTS, f"error: {e}")
+    return ToolResult(call, CallStatus.OK, output)
