@@ -16,6 +16,21 @@ from ml_collections import config_flags
 from rlagents import checkpoint
 from rlagents import pipeline
 
+
+
+def _exit_on_unknown_config_keys(argv):
+  """ml_collections reports an unknown `--config.x=...` with a long traceback; say it in a line."""
+  for arg in argv[1:]:
+    if arg.startswith("--config."):
+      try:
+        pipeline.check_config_key(arg[len("--config."):].split("=", 1)[0])
+      except pipeline.ConfigError as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+  _exit_on_unknown_config_keys(sys.argv)
+
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(os.path.dirname(__file__), "configs", "calculator.py"),
     "Experiment config file, optionally with a variant after a colon.", lock_config=True)
@@ -24,7 +39,7 @@ _WORKDIR = flags.DEFINE_string("workdir", "/tmp/rlagents_calc", "Where the run l
 
 def main(argv):
   del argv
-  logging.set_verbosity(logging.WARNING)
+  logging.set_verbosity(logging.ERROR)
   try:
     config = pipeline.config_from_dict(_CONFIG.value.to_dict())
     report = pipeline.train_and_evaluate(config, _WORKDIR.value)

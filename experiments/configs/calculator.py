@@ -33,8 +33,8 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     values["sft"].update(num_demonstrations=600, num_steps=300, batch_size=32)
     values["sft"]["optimizer"].update(learning_rate=3e-3, warmup_steps=20, decay_steps=280)
     values["grpo"].update(num_steps=20, prompts_per_step=8, group_size=4)
-    values["rollout"].update(batch_size=32, max_length=96)
-    values["model"].update(max_len=96)
+    values["rollout"].update(batch_size=32, max_length=128)
+    values["model"].update(max_len=128)
     values["eval"].update(every_steps=10, curve_tasks=32)
     values["checkpoint_every"] = 10
     values["log_every"] = 5

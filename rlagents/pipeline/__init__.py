@@ -1,6 +1,7 @@
 """End-to-end jobs: tasks -> SFT -> RL -> evaluation, with checkpoints, metrics and audit logs."""
 
 from rlagents.pipeline._config import AgentJobConfig
+from rlagents.pipeline._config import check_config_key
 from rlagents.pipeline._config import config_from_dict
 from rlagents.pipeline._config import config_to_dict
 from rlagents.pipeline._config import ConfigError
@@ -10,6 +11,7 @@ from rlagents.pipeline._agent_job import train_and_evaluate
 
 __all__ = [
     "AgentJobConfig",
+    "check_config_key",
     "ConfigError",
     "EvalConfig",
     "JobError",

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tensorflow_datasets as tfds
 import tqdm
 
 from rlagents import checkpoint as checkpoint_lib
@@ -84,6 +85,7 @@ class _Job:
     self.tokenizer = hf.build_char_tokenizer()
     self.model = networks.Transformer(
         dataclasses.replace(config.model, vocab_size=len(self.tokenizer)))
+    tfds.disable_progress_bar()
     self.splits = {
         split: tasks_lib.load_split(split, config=config.tasks,
                                     data_dir=os.path.join(workdir, "data"))
@@ -223,7 +225,9 @@ def _run_grpo(job: _Job, sft_params, writer, audit) -> Any:
   """Phase 2: GRPO from the SFT policy, with the SFT policy as the KL reference."""
   config, grpo = job.config, job.config.grpo
   checkpointer = checkpoint_lib.Checkpointer(os.path.join(job.workdir, "checkpoints", "grpo"))
-  state = learners.create_train_state(job.model, sft_params, grpo.optimizer)
+  # A copy: the update donates the state's buffers, and the reference must survive them.
+  state = learners.create_train_state(job.model, jax.tree.map(jnp.copy, sft_params),
+                                      grpo.optimizer)
   state, key, start = _restore_phase(checkpointer, state, jax.random.PRNGKey(config.seed + 1))
   if start == 0:
     _curve_eval(job, sft_params, job.sft_steps, writer, audit)

@@ -149,3 +149,16 @@ def config_from_dict(values: Mapping[str, Any]) -> AgentJobConfig:
     ConfigError: naming an unknown key, a value of the wrong type, or an impossible value.
   """
   return _build(AgentJobConfig(), values, "")
+
+
+def check_config_key(dotted_key: str) -> None:
+  """Raises `ConfigError` unless `dotted_key` (e.g. 'grpo.kl_beta') names a config field."""
+  node: Any = AgentJobConfig()
+  parts = dotted_key.split(".")
+  for depth, part in enumerate(parts):
+    fields = {f.name for f in dataclasses.fields(node)} if dataclasses.is_dataclass(node) else {}
+    if part not in fields:
+      where = ".".join(parts[:depth]) or "."
+      raise ConfigError(f"unknown config key '{dotted_key}' ('{part}' is not a field of "
+                        f"'{where}'; valid: {', '.join(sorted(fields)) or 'none'})")
+    node = getattr(node, part)
