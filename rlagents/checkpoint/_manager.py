@@ -41,9 +41,9 @@ class Checkpointer:
         state=ocp.args.StandardSave(state), metadata=ocp.args.JsonSave(metadata)))
     self._manager.wait_until_finished()
 
-  def restore(self, step: int, target: Any) -> tuple[Any, dict[str, Any]]:
-    """Restores `step` into the structure (and shardings) of `target`."""
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
+  def restore(self, step: int, target: Any = None) -> tuple[Any, dict[str, Any]]:
+    """Restores `step` into the structure (and shardings) of `target`, or as saved if None."""
+    abstract = None if target is None else jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
     try:
       restored = self._manager.restore(step, args=ocp.args.Composite(
           state=ocp.args.StandardRestore(abstract), metadata=ocp.args.JsonRestore()))

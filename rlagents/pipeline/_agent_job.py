@@ -157,6 +157,31 @@ def _first_difference(a, b, path=""):
   return path.rstrip(".")
 
 
+def _trim(batch: dict[str, np.ndarray], multiple: int = 32) -> dict[str, np.ndarray]:
+  """Cuts the `[N, T]` arrays of a batch after its longest episode, rounded up to `multiple`.
+
+  Most episodes are far shorter than the buffer; rounding keeps the number of distinct shapes
+  (and so of compilations) small.
+  """
+  used = int(np.max(np.nonzero(batch["tokens"].any(axis=0))[0], initial=0)) + 1
+  length = min(batch["tokens"].shape[1], -(-used // multiple) * multiple)
+  return {k: (v[:, :length] if v.ndim == 2 else v) for k, v in batch.items()}
+
+
+class _LengthBuckets:
+  """Samples SFT batches whose episodes have similar lengths, so padding stays small."""
+
+  def __init__(self, tokens: np.ndarray, multiple: int = 32):
+    lengths = (tokens != 0).sum(axis=1)
+    keys = -(-lengths // multiple)
+    self.buckets = [np.flatnonzero(keys == k) for k in np.unique(keys)]
+    self.weights = np.array([len(b) for b in self.buckets], np.float64) / len(tokens)
+
+  def sample(self, rng: np.random.Generator, batch_size: int) -> np.ndarray:
+    bucket = self.buckets[rng.choice(len(self.buckets), p=self.weights)]
+    return bucket[rng.integers(len(bucket), size=batch_size)]
+
+
 def _state_tree(state, key) -> dict[str, Any]:
   return {"params": state.params, "opt_state": state.opt_state, "step": state.step, "key": key}
 
@@ -188,13 +213,13 @@ def _run_sft(job: _Job, writer, audit) -> Any:
   data = rollout_lib.stack_episodes(demos, job.tokenizer, config.rollout.max_length)
   writer.write(0, {"expert/train_success": evaluation.summarize_episodes(demos)["success"]})
 
+  buckets = _LengthBuckets(data.tokens)
   update = learners.make_sft_step()
   bar = tqdm.trange(start, config.sft.num_steps, desc="SFT", initial=start,
                     total=config.sft.num_steps, dynamic_ncols=True)
   for step in bar:
-    rows = _rng(config.seed, _PHASE_IDS["sft"], step).integers(
-        len(demos), size=config.sft.batch_size)
-    batch = {"tokens": data.tokens[rows], "loss_mask": data.loss_mask[rows]}
+    rows = buckets.sample(_rng(config.seed, _PHASE_IDS["sft"], step), config.sft.batch_size)
+    batch = _trim({"tokens": data.tokens[rows], "loss_mask": data.loss_mask[rows]})
     state, metrics = update(state, batch)
     done = step + 1
     if done % config.log_every == 0 or done == config.sft.num_steps:
@@ -246,12 +271,12 @@ def _run_grpo(job: _Job, sft_params, writer, audit) -> Any:
     rollout = job.policy_episodes(state.params, group_tasks,
                                   key=jax.random.fold_in(key, step), rng=rng)
     t_rollout = time.perf_counter() - t0
-    batch = {
+    batch = _trim({
         "tokens": rollout.tokens,
         "loss_mask": rollout.loss_mask,
         "old_logprobs": rollout.logprobs,
         "rewards": np.array([e.reward for e in rollout.episodes], np.float32),
-    }
+    })
     for _ in range(grpo.updates_per_batch):
       state, metrics = update(state, sft_params, batch)
     done = step + 1

@@ -1,0 +1,389 @@
+"""A Llama / Qwen2-style decoder-only transformer in Flax linen, with a KV cache.
+
+Pre-norm blocks (RMSNorm), rotary position embeddings (RoPE, the rotate-half convention of the
+Hugging Face Llama code), grouped-query attention, a SwiGLU MLP, a final RMSNorm and a tied or
+untied LM head. Parameter names follow the Hugging Face module names (`q_proj`, `gate_proj`, ...) so
+that checkpoint conversion is a rename and a transpose.
+
+Shapes: `B` batch, `T` tokens in this call, `S` cache slots, `D` model width, `V` vocabulary,
+`K` key/value heads, `H` query heads, `Dh` head width.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+_INIT_STDDEV = 0.02  # Llama's `initializer_range`.
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TransformerConfig:
+  """Architecture of a `Transformer`.
+
+  Attributes:
+    vocab_size: number of token ids; logits have this many entries.
+    d_model: width of the residual stream.
+    n_layers: number of decoder blocks.
+    n_heads: query heads per attention layer; `d_model // n_heads` is the head width.
+    n_kv_heads: key/value heads (grouped-query attention); each serves `n_heads // n_kv_heads`
+      query heads. `n_kv_heads == n_heads` is ordinary multi-head attention.
+    d_ff: hidden width of the SwiGLU MLP (`intermediate_size` in Hugging Face configs).
+    max_len: the longest sequence (prompt plus generation) the model is used with; the default
+      cache length of `init_cache` and a bound that the sampler checks. RoPE itself has no limit.
+    rope_theta: base of the RoPE frequencies.
+    rms_norm_eps: epsilon added to the mean square in every RMSNorm.
+    tie_embeddings: if True the LM head is the transposed token embedding, else its own matrix.
+    attention_bias: if True the q, k and v projections have biases (Qwen2); o_proj never has one.
+    dtype: activation and matmul dtype name, 'float32' or 'bfloat16' (or 'float16'). Norms,
+      RoPE, attention softmax and logits are computed in float32 whatever this is.
+    param_dtype: parameter storage dtype name, same choices as `dtype`.
+  """
+
+  vocab_size: int
+  d_model: int = 128
+  n_layers: int = 2
+  n_heads: int = 4
+  n_kv_heads: int = 2
+  d_ff: int = 384
+  max_len: int = 256
+  rope_theta: float = 10000.0
+  rms_norm_eps: float = 1e-6
+  tie_embeddings: bool = True
+  attention_bias: bool = False
+  dtype: str = "float32"
+  param_dtype: str = "float32"
+
+  def __post_init__(self):
+    for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_len"):
+      value = getattr(self, name)
+      if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"TransformerConfig.{name} must be a positive int, got {value!r}.")
+    for name in ("rope_theta", "rms_norm_eps"):
+      if not getattr(self, name) > 0:
+        raise ValueError(f"TransformerConfig.{name} must be positive, got {getattr(self, name)!r}.")
+    if self.d_model % self.n_heads:
+      raise ValueError(f"TransformerConfig.d_model ({self.d_model}) must be divisible by "
+                       f"n_heads ({self.n_heads}).")
+    if self.n_heads % self.n_kv_heads:
+      raise ValueError(f"TransformerConfig.n_heads ({self.n_heads}) must be divisible by "
+                       f"n_kv_heads ({self.n_kv_heads}).")
+    if (self.d_model // self.n_heads) % 2:
+      raise ValueError(f"TransformerConfig.d_model // n_heads ({self.d_model // self.n_heads}) "
+                       "must be even for RoPE.")
+    for name in ("dtype", "param_dtype"):
+      if getattr(self, name) not in _DTYPES:
+        raise ValueError(f"TransformerConfig.{name} must be one of {sorted(_DTYPES)}, "
+                         f"got {getattr(self, name)!r}.")
+
+  @property
+  def head_dim(self) -> int:
+    return self.d_model // self.n_heads
+
+  @property
+  def activation_dtype(self) -> jnp.dtype:
+    return _DTYPES[self.dtype]
+
+  @property
+  def parameter_dtype(self) -> jnp.dtype:
+    return _DTYPES[self.param_dtype]
+
+
+@flax.struct.dataclass
+class KVCache:
+  """Keys and values of every layer, one slot per position.
+
+  `k` and `v` are tuples with one `[B, n_kv_heads, S, head_dim]` array per layer; `[b, :, s]`
+  holds the key/value of sequence `b`'s token at position `s`, keys after RoPE.
+
+  Layout, measured on CPU: one array per layer rather than a stacked `[n_layers, ...]` array,
+  because a layer then reads and updates its cache in place, where slicing a stacked array
+  copied the layer's cache on every decode step (more time than the rest of the step); heads
+  before slots, because that is the layout the attention matmuls read, where `[B, S, heads, Dh]`
+  was transposed (copied) on every step.
+  """
+
+  k: tuple[jax.Array, ...]
+  v: tuple[jax.Array, ...]
+
+
+def init_cache(config: TransformerConfig, batch_size: int, cache_len: int | None = None,
+               dtype: jnp.dtype | str | None = None) -> KVCache:
+  """An all-zero cache for `batch_size` sequences of up to `cache_len` (default `max_len`) tokens.
+
+  `dtype` defaults to the activation dtype of `config`.
+  """
+  cache_len = config.max_len if cache_len is None else cache_len
+  dtype = config.activation_dtype if dtype is None else jnp.dtype(dtype)
+  shape = (batch_size, config.n_kv_heads, cache_len, config.head_dim)
+  zeros = tuple(jnp.zeros(shape, dtype) for _ in range(config.n_layers))
+  return KVCache(k=zeros, v=zeros)
+
+
+def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
+  """Log-probability of each token given the tokens before it.
+
+  Args:
+    logits: `[B, T, V]` output of the model on `tokens` (`logits[:, t]` predicts token `t + 1`).
+    tokens: `[B, T]` int token ids.
+
+  Returns:
+    `[B, T]` float32 `out` with `out[:, t] = log p(tokens[:, t] | tokens[:, :t])` for `t >= 1`
+    and `out[:, 0] = 0` (the first token has no prediction). Aligned with `tokens`, so a
+    `loss_mask` over tokens applies to it directly.
+  """
+  if logits.ndim != 3 or logits.shape[:2] != tokens.shape:
+    raise ValueError(f"Expected logits [B, T, V] and tokens [B, T], got {logits.shape} and "
+                     f"{tokens.shape}.")
+  logits = logits[:, :-1].astype(jnp.float32)
+  targets = tokens[:, 1:]
+  target_logits = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+  logprobs = target_logits - jax.nn.logsumexp(logits, axis=-1)
+  return jnp.pad(logprobs, ((0, 0), (1, 0)))
+
+
+def _dense_init():
+  return nn.initializers.normal(_INIT_STDDEV)
+
+
+class RMSNorm(nn.Module):
+  """Root-mean-square norm with a learned scale, computed in float32 as in Hugging Face Llama."""
+
+  eps: float
+  dtype: jnp.dtype
+  param_dtype: jnp.dtype
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), self.param_dtype)
+    x = x.astype(jnp.float32)
+    x = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + self.eps)
+    return scale.astype(self.dtype) * x.astype(self.dtype)
+
+
+def _rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
+  """Rotates `x` `[B, T, heads, Dh]` by its `positions` `[B, T]` (rotate-half convention)."""
+  half = x.shape[-1] // 2
+  inv_freq = 1.0 / theta ** (jnp.arange(half, dtype=jnp.float32) / half)
+  angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, Dh/2]
+  cos = jnp.cos(angles)[:, :, None, :]
+  sin = jnp.sin(angles)[:, :, None, :]
+  x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+  rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return rotated.astype(x.dtype)
+
+
+# Attention scores are kept below this many bytes per chunk of sequences (a `lax.map` over chunks
+# beyond it): on CPU, arrays of tens of MB are slow to allocate and fill (measured on 2 cores: an
+# elementwise op over 33 MB ran at 3 GB/s, over 16 MB at 17 GB/s), and one [128, 4, 128, 128]
+# float32 score array (33 MB) made causal attention 2-4x slower than chunks of it.
+_ATTENTION_CHUNK_BYTES = 16 * 2**20
+# Causal attention without a cache splits long sequences into up to 4 query blocks of at least
+# 64 queries, each attending only to the keys up to its end, which skips most of the masked upper
+# triangle (3/8 of the scores with 4 blocks). Short sequences keep one block: less to compile.
+_MAX_CAUSAL_QUERY_BLOCKS = 4
+_MIN_CAUSAL_QUERY_BLOCK = 64
+
+
+def _attend_one(q, k, v, q_positions, k_positions):
+  """Grouped-query attention of one sequence's `q` `[T, H, Dh]` over `k, v` `[K, S, Dh]`.
+
+  Query `t` sees key `s` iff `k_positions[s] <= q_positions[t]`. Returns `[T, H * Dh]`.
+  """
+  length, n_heads, head_dim = q.shape
+  n_kv_heads, n_keys, _ = k.shape
+  group = n_heads // n_kv_heads
+  # Queries as [K, G * T, Dh], so that both matmuls are plain batched [M, K] x [K, N] products
+  # (XLA on CPU ran a transposed form of the second one through a slow generic path).
+  q = q.reshape(length, n_kv_heads, group, head_dim).transpose(1, 2, 0, 3)
+  q = q.reshape(n_kv_heads, group * length, head_dim) * jnp.asarray(head_dim**-0.5, q.dtype)
+  scores = jnp.einsum("kqd,ksd->kqs", q, k, preferred_element_type=jnp.float32)
+  visible = k_positions[None, :] <= q_positions[:, None]
+  scores = jnp.where(visible, scores.reshape(n_kv_heads, group, length, n_keys),
+                     jnp.finfo(jnp.float32).min)
+  probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+  out = jnp.einsum("kqs,ksd->kqd", probs.reshape(n_kv_heads, group * length, n_keys), v)
+  out = out.reshape(n_kv_heads, group, length, head_dim).transpose(2, 0, 1, 3)
+  return out.reshape(length, n_heads * head_dim)
+
+
+def _attend(q, k, v, q_positions, k_positions, *, causal_blocks=1):
+  """Batched `_attend_one`: `q` `[B, T, H, Dh]`, `k, v` `[B, K, S, Dh]`, positions `[B, T], [B, S]`.
+
+  With `causal_blocks > 1` the caller promises that key `s` has position `s` and query `t` sees
+  no key past index `t` (plain causal attention, `S == T`): query block `i` then only reads keys
+  up to the block's end.
+  """
+  batch, length, n_heads, _ = q.shape
+  n_keys = k.shape[2]
+
+  def one_sequence(args):
+    q, k, v, q_positions, k_positions = args
+    if causal_blocks == 1:
+      return _attend_one(q, k, v, q_positions, k_positions)
+    bounds = [length * i // causal_blocks for i in range(causal_blocks + 1)]
+    return jnp.concatenate([
+        _attend_one(q[start:end], k[:, :end], v[:, :end], q_positions[start:end],
+                    k_positions[:end])
+        for start, end in zip(bounds[:-1], bounds[1:]) if end > start
+    ], axis=0)
+
+  score_bytes = n_heads * length * n_keys * 4
+  chunk = max(1, _ATTENTION_CHUNK_BYTES // score_bytes)
+  args = (q, k, v, q_positions, k_positions)
+  if chunk >= batch:
+    return jax.vmap(one_sequence)(args)
+  return jax.lax.map(one_sequence, args, batch_size=chunk)
+
+
+def _replace_at(items: tuple, index: int, item) -> tuple:
+  return items[:index] + (item,) + items[index + 1:]
+
+
+class Attention(nn.Module):
+  """Grouped-query self-attention with RoPE, reading and updating its layer's cache entry."""
+
+  config: TransformerConfig
+  layer_index: int
+
+  @nn.compact
+  def __call__(self, x, positions, cache):
+    cfg = self.config
+    batch, length, _ = x.shape
+    dense = lambda features, use_bias, name: nn.Dense(
+        features, use_bias=use_bias, kernel_init=_dense_init(), dtype=cfg.activation_dtype,
+        param_dtype=cfg.parameter_dtype, name=name)
+    q = dense(cfg.n_heads * cfg.head_dim, cfg.attention_bias, "q_proj")(x)
+    k = dense(cfg.n_kv_heads * cfg.head_dim, cfg.attention_bias, "k_proj")(x)
+    v = dense(cfg.n_kv_heads * cfg.head_dim, cfg.attention_bias, "v_proj")(x)
+    q = _rope(q.reshape(batch, length, cfg.n_heads, cfg.head_dim), positions, cfg.rope_theta)
+    k = _rope(k.reshape(batch, length, cfg.n_kv_heads, cfg.head_dim), positions, cfg.rope_theta)
+    # Keys and values heads-first, the layout of the cache and of the attention matmuls.
+    k = k.transpose(0, 2, 1, 3)
+    v = v.reshape(batch, length, cfg.n_kv_heads, cfg.head_dim).transpose(0, 2, 1, 3)
+    if cache is None:
+      # Causal over the T tokens in order; the caller gathers (k, v) into a cache with slot i =
+      # token i.
+      order = jnp.broadcast_to(jnp.arange(length), (batch, length))
+      blocks = min(_MAX_CAUSAL_QUERY_BLOCKS, max(1, length // _MIN_CAUSAL_QUERY_BLOCK))
+      out = _attend(q, k, v, order, order, causal_blocks=blocks)
+      return dense(cfg.d_model, False, "o_proj")(out), (k, v)
+    # Scatter each token's key/value into slot == its position (in place inside a loop);
+    # positions past the end are dropped.
+    index = (jnp.arange(batch)[:, None, None], jnp.arange(cfg.n_kv_heads)[None, :, None],
+             positions[:, None, :])
+    layer = self.layer_index
+    cache_k = cache.k[layer].at[index].set(k.astype(cache.k[layer].dtype), mode="drop")
+    cache_v = cache.v[layer].at[index].set(v.astype(cache.v[layer].dtype), mode="drop")
+    slots = jnp.broadcast_to(jnp.arange(cache_k.shape[2]), (batch, cache_k.shape[2]))
+    out = _attend(q, cache_k.astype(q.dtype), cache_v.astype(q.dtype), positions, slots)
+    cache = cache.replace(k=_replace_at(cache.k, layer, cache_k),
+                          v=_replace_at(cache.v, layer, cache_v))
+    return dense(cfg.d_model, False, "o_proj")(out), cache
+
+
+class MLP(nn.Module):
+  """SwiGLU: `down(silu(gate(x)) * up(x))`."""
+
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x):
+    cfg = self.config
+    dense = lambda features, name: nn.Dense(
+        features, use_bias=False, kernel_init=_dense_init(), dtype=cfg.activation_dtype,
+        param_dtype=cfg.parameter_dtype, name=name)
+    hidden = nn.silu(dense(cfg.d_ff, "gate_proj")(x)) * dense(cfg.d_ff, "up_proj")(x)
+    return dense(cfg.d_model, "down_proj")(hidden)
+
+
+class DecoderLayer(nn.Module):
+  """One pre-norm block: `x + attn(norm(x))`, then `x + mlp(norm(x))`."""
+
+  config: TransformerConfig
+  layer_index: int
+
+  @nn.compact
+  def __call__(self, x, positions, cache):
+    """Returns `(x, cache)`; without a cache, `(x, (k, v))` of this layer's tokens."""
+    cfg = self.config
+    norm = lambda name: RMSNorm(cfg.rms_norm_eps, cfg.activation_dtype, cfg.parameter_dtype,
+                                name=name)
+    attn_out, cache = Attention(cfg, self.layer_index, name="self_attn")(
+        norm("input_layernorm")(x), positions, cache)
+    x = x + attn_out
+    x = x + MLP(cfg, name="mlp")(norm("post_attention_layernorm")(x))
+    return x, cache
+
+
+class Transformer(nn.Module):
+  """Decoder-only language model.
+
+  `__call__(tokens, positions, cache=None) -> (logits, cache)`; `hidden_states` and `logits` split
+  it so that a caller that needs only some positions' logits (the sampler) skips the LM head on
+  the others.
+  """
+
+  config: TransformerConfig
+
+  def setup(self):
+    cfg = self.config
+    self.embed_tokens = nn.Embed(
+        cfg.vocab_size, cfg.d_model, embedding_init=_dense_init(), dtype=cfg.activation_dtype,
+        param_dtype=cfg.parameter_dtype)
+    self.layers = [DecoderLayer(cfg, i) for i in range(cfg.n_layers)]
+    self.norm = RMSNorm(cfg.rms_norm_eps, cfg.activation_dtype, cfg.parameter_dtype)
+    if not cfg.tie_embeddings:
+      self.lm_head = nn.Dense(
+          cfg.vocab_size, use_bias=False, kernel_init=_dense_init(), dtype=cfg.activation_dtype,
+          param_dtype=cfg.parameter_dtype)
+
+  def __call__(self, tokens: jax.Array, positions: jax.Array,
+               cache: KVCache | None = None) -> tuple[jax.Array, KVCache]:
+    """Logits for every token.
+
+    Args:
+      tokens: `[B, T]` int32 token ids.
+      positions: `[B, T]` int32 positions of those tokens (used by RoPE and, with a cache, as
+        the slot each token is written to).
+      cache: None for a plain causal pass where token `i` sees tokens `j <= i`. Otherwise a
+        `KVCache` with `S` slots: each token's key/value is written into slot == its position
+        (positions `>= S` are dropped) and a query at position `p` attends to slots `s <= p`.
+
+    Returns:
+      `(logits [B, T, V] float32, cache)`. Without an input cache the returned cache holds the
+      `T` tokens' keys/values with slot `i` = token `i` (slot == position when
+      `positions == arange(T)`), which is how the sampler prefills.
+    """
+    hidden, cache = self.hidden_states(tokens, positions, cache)
+    return self.logits(hidden), cache
+
+  def hidden_states(self, tokens: jax.Array, positions: jax.Array,
+                    cache: KVCache | None = None) -> tuple[jax.Array, KVCache]:
+    """Like `__call__`, but returns the final-norm hidden states `[B, T, D]` instead of logits."""
+    if tokens.ndim != 2 or tokens.shape != positions.shape:
+      raise ValueError(f"tokens and positions must both be [B, T], got {tokens.shape} and "
+                       f"{positions.shape}.")
+    x = self.embed_tokens(tokens)
+    if cache is not None:
+      for layer in self.layers:
+        x, cache = layer(x, positions, cache)
+      return self.norm(x), cache
+    new_k, new_v = [], []
+    for layer in self.layers:
+      x, (k, v) = layer(x, positions, None)
+      new_k.append(k)
+      new_v.append(v)
+    return self.norm(x), KVCache(k=tuple(new_k), v=tuple(new_v))
+
+  def logits(self, hidden: jax.Array) -> jax.Array:
+    """LM head: `[..., D]` final hidden states to `[..., V]` float32 logits."""
+    if self.config.tie_embeddings:
+      embedding = self.embed_tokens.embedding.astype(hidden.dtype)
+      return jnp.einsum("...d,vd->...v", hidden, embedding, preferred_element_type=jnp.float32)
+    return self.lm_head(hidden).astype(jnp.float32)

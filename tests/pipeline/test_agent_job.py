@@ -1,0 +1,129 @@
+"""The main job end to end on the smoke config: it learns, resumes exactly, reports bad input."""
+
+import json
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from experiments.configs import calculator
+from rlagents import checkpoint
+from rlagents import pipeline
+from rlagents.metrics import read_csv
+
+
+def _smoke_config(**grpo):
+  values = calculator.get_config("smoke").to_dict()
+  values["grpo"].update(grpo)
+  return pipeline.config_from_dict(values)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp("job") / "run")
+  config = _smoke_config()
+  report = pipeline.train_and_evaluate(config, workdir)
+  return config, workdir, report
+
+
+def _metric(workdir, name):
+  return {int(r["step"]): r["value"] for r in _rows(workdir) if r["name"] == name}
+
+
+def _rows(workdir):
+  import csv
+  with open(os.path.join(workdir, "metrics.csv")) as f:
+    return [{"step": float(r["step"]), "name": r["name"], "value": float(r["value"])}
+            for r in csv.DictReader(f)]
+
+
+def test_smoke_job_writes_its_outputs(finished_run):
+  _, workdir, report = finished_run
+  for name in ("config.json", "report.json", "metrics.csv", "learning_curves.png",
+               "audit/episodes.jsonl", "tokenizer/tokenizer.json"):
+    assert os.path.exists(os.path.join(workdir, name)), name
+  assert os.listdir(os.path.join(workdir, "tensorboard"))
+  for split in ("heldout", "heldout_ood", "calibration"):
+    for policy in ("expert", "sft", "grpo"):
+      entry = report["splits"][split][policy]
+      assert 0.0 <= entry["success"] <= 1.0
+      assert {"tool_call_validity", "mean_tool_calls", "redundant_calls"} <= set(entry)
+
+
+def test_smoke_job_learns(finished_run):
+  config, workdir, report = finished_run
+  nll = _metric(workdir, "sft/nll")
+  assert nll[max(nll)] < 0.5 * nll[min(nll)]
+  curve = _metric(workdir, "eval/heldout_success")
+  sft_end = config.sft.num_steps
+  # The SFT policy uses the tool and solves some tasks; GRPO raises held-out success.
+  assert curve[sft_end] > 0.1
+  assert curve[max(curve)] > curve[sft_end] + 0.05
+  assert report["splits"]["heldout"]["grpo"]["success"] > report["splits"]["heldout"]["sft"]["success"]
+
+
+def test_audit_log_has_every_episode_with_reward_terms(finished_run):
+  config, workdir, _ = finished_run
+  with open(os.path.join(workdir, "audit", "episodes.jsonl")) as f:
+    records = [json.loads(line) for line in f]
+  grpo = [r for r in records if r["phase"] == "grpo"]
+  assert len(grpo) == config.grpo.num_steps * config.grpo.prompts_per_step * config.grpo.group_size
+  demos = [r for r in records if r["phase"] == "sft_demonstration"]
+  assert len(demos) == config.sft.num_demonstrations
+  record = grpo[-1]
+  assert set(record["reward_terms"]) == {"correct_answer", "correct_tool_call",
+                                         "redundant_calls", "recovery"}
+  assert record["prompt"].endswith("=?") and record["actions"]
+
+
+def _final_grpo_params(workdir, config):
+  ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints", "grpo"))
+  step = ckpt.latest_step()
+  assert step == config.grpo.num_steps
+  return ckpt.restore(step)[0]["params"]
+
+
+def test_resume_continues_from_the_saved_step_and_matches(finished_run, tmp_path):
+  config, workdir, _ = finished_run
+  resumed = str(tmp_path / "resumed")
+  shutil.copytree(workdir, resumed)
+  # Simulate a run killed after its first GRPO checkpoint: the newest step never got written.
+  last = config.grpo.num_steps
+  shutil.rmtree(os.path.join(resumed, "checkpoints", "grpo", str(last)))
+  os.remove(os.path.join(resumed, "report.json"))
+  report = pipeline.train_and_evaluate(config, resumed)
+  saved_step = last - config.checkpoint_every
+  assert report["resumed_from_step"] == config.sft.num_steps + saved_step
+  # The metrics continue without a gap or a repeat.
+  steps = [s for s in _metric(resumed, "grpo/loss")]
+  assert steps == sorted(set(steps))
+  assert steps == [s for s in _metric(workdir, "grpo/loss")]
+  # Data order, sampling keys and tool randomness depend on the step only, so the resumed run
+  # ends with the same parameters as the uninterrupted one.
+  original = _final_grpo_params(workdir, config)
+  again = _final_grpo_params(resumed, config)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+               original, again)
+
+
+def test_corrupt_checkpoint_is_reported_in_one_line(finished_run, tmp_path):
+  config, workdir, _ = finished_run
+  broken = str(tmp_path / "broken")
+  shutil.copytree(workdir, broken)
+  step_dir = os.path.join(broken, "checkpoints", "grpo", str(config.grpo.num_steps))
+  for root, _, files in os.walk(step_dir):
+    for name in files:
+      if "metadata" not in name:
+        with open(os.path.join(root, name), "wb") as f:
+          f.write(b"\0garbage")
+  with pytest.raises(checkpoint.CheckpointError, match="corrupt or unreadable") as info:
+    pipeline.train_and_evaluate(config, broken)
+  assert "\n" not in str(info.value) and str(config.grpo.num_steps) in str(info.value)
+
+
+def test_a_different_config_on_the_same_workdir_is_refused(finished_run):
+  _, workdir, _ = finished_run
+  with pytest.raises(pipeline.JobError, match="different config .*grpo.kl_beta"):
+    pipeline.train_and_evaluate(_smoke_config(kl_beta=0.5), workdir)

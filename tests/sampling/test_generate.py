@@ -1,0 +1,198 @@
+"""Tests of `generate_segment` against a naive full-recompute decoder, and of its filtering."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlagents import networks
+from rlagents import sampling
+from rlagents.sampling import _generate
+
+TINY = networks.TransformerConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                                  d_ff=64, max_len=32)
+BUFFER_LEN = 16
+MAX_NEW = 6
+TRACES = []
+
+
+class CountingTransformer(networks.Transformer):
+  """Records every trace of the model, to check that the sampler compiles once per shape."""
+
+  def hidden_states(self, *args, **kwargs):
+    TRACES.append(1)
+    return super().hidden_states(*args, **kwargs)
+
+
+@functools.cache
+def _setup():
+  model = CountingTransformer(TINY)
+  tokens = jnp.zeros((1, 4), jnp.int32)
+  params = model.init(jax.random.key(0), tokens, tokens)
+  params = jax.tree.map(lambda x: 3 * x, params)  # sharper distributions than the 0.02 init
+  full_forward = jax.jit(lambda params, tokens: model.apply(
+      params, tokens, jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape))[0])
+  return model, params, full_forward
+
+
+def _batch(seed):
+  """Rows: regular; stops at the buffer end; inactive; already full; a single token."""
+  lengths = np.array([3, BUFFER_LEN - 2, 5, BUFFER_LEN, 1], np.int32)
+  active = np.array([True, True, False, True, True])
+  tokens = np.asarray(jax.random.randint(jax.random.key(seed), (5, BUFFER_LEN), 1, 50))
+  tokens = np.where(np.arange(BUFFER_LEN) < lengths[:, None], tokens, 0).astype(np.int32)
+  return tokens, lengths, active
+
+
+def _naive_greedy(params, full_forward, tokens, lengths, active, stop_tokens):
+  """The specification: recompute the whole forward pass for every new token, take argmax."""
+  tokens, lengths = tokens.copy(), lengths.copy()
+  logprobs = np.zeros(tokens.shape, np.float32)
+  mask = np.zeros(tokens.shape, bool)
+  stop = np.full(len(lengths), -1)
+  running = active & (lengths < BUFFER_LEN)
+  for _ in range(MAX_NEW):
+    log_probs = np.asarray(jax.nn.log_softmax(full_forward(params, tokens), axis=-1))
+    for b in np.flatnonzero(running):
+      position = lengths[b]
+      token = int(np.argmax(log_probs[b, position - 1]))
+      tokens[b, position], logprobs[b, position], mask[b, position] = (
+          token, log_probs[b, position - 1, token], True)
+      lengths[b] += 1
+      if token in stop_tokens:
+        stop[b], running[b] = token, False
+      elif lengths[b] == BUFFER_LEN:
+        running[b] = False
+  return tokens, lengths, logprobs, mask, stop
+
+
+def _greedy_case():
+  model, params, full_forward = _setup()
+  tokens, lengths, active = _batch(seed=3)  # a seed whose row 0 varies its greedy tokens
+  # Stop on a token that row 0 would generate after its first one, and row 1 not before the
+  # buffer ends: row 0 stops early, row 1 fills the buffer.
+  unstopped = _naive_greedy(params, full_forward, tokens, lengths, active, stop_tokens=())
+  row0 = unstopped[0][0, lengths[0]:lengths[0] + MAX_NEW]
+  row1 = unstopped[0][1, lengths[1]:]
+  stop_tokens = (int(next(t for t in row0[1:] if t not in row1 and t != row0[0])), 49)
+  expected = _naive_greedy(params, full_forward, tokens, lengths, active, stop_tokens)
+  generate = functools.partial(
+      sampling.generate_segment, model=model, max_new_tokens=MAX_NEW, stop_tokens=stop_tokens,
+      temperature=0.0)
+  return params, generate, (tokens, lengths, active), stop_tokens, expected
+
+
+def test_greedy_matches_naive_full_recompute():
+  params, generate, (tokens, lengths, active), stop_tokens, expected = _greedy_case()
+  out = generate(params, tokens, lengths, active, jax.random.key(0))
+  want_tokens, want_lengths, want_logprobs, want_mask, want_stop = expected
+  np.testing.assert_array_equal(out.tokens, want_tokens)
+  np.testing.assert_array_equal(out.lengths, want_lengths)
+  np.testing.assert_array_equal(out.generated_mask, want_mask)
+  np.testing.assert_array_equal(out.stop_token, want_stop)
+  np.testing.assert_allclose(out.logprobs, want_logprobs, atol=1e-5)
+  # The case covers what it claims: row 0 stopped early on a stop token; row 1 filled the
+  # buffer; rows 2 (inactive) and 3 (full) are untouched.
+  assert out.stop_token[0] in stop_tokens and 2 <= out.lengths[0] - lengths[0] < MAX_NEW
+  assert out.lengths[1] == BUFFER_LEN
+  np.testing.assert_array_equal(out.lengths[2:4], lengths[2:4])
+  np.testing.assert_array_equal(out.tokens[2:4], tokens[2:4])
+  assert not out.generated_mask[2:4].any() and not out.logprobs[2:4].any()
+
+
+def test_compiles_once_per_shape():
+  params, generate, (tokens, lengths, active), _, _ = _greedy_case()
+  generate(params, tokens, lengths, active, jax.random.key(0))
+  traces = len(TRACES)
+  other_tokens, _, _ = _batch(seed=7)
+  out = generate(params, other_tokens, np.array([2, 9, 4, 1, 12], np.int32), ~active,
+                 jax.random.key(3))
+  jax.block_until_ready(out)
+  assert traces > 0 and len(TRACES) == traces
+
+
+def test_sampled_logprobs_are_untempered_model_logprobs():
+  model, params, full_forward = _setup()
+  tokens, lengths, active = _batch(seed=2)
+  out = sampling.generate_segment(
+      params, tokens, lengths, active, jax.random.key(5), model=model, max_new_tokens=MAX_NEW,
+      stop_tokens=(), temperature=1.5, top_k=5, top_p=0.9)
+  log_probs = np.asarray(jax.nn.log_softmax(full_forward(params, out.tokens), axis=-1))
+  expected_lengths = np.where(active, np.minimum(lengths + MAX_NEW, BUFFER_LEN), lengths)
+  np.testing.assert_array_equal(out.lengths, expected_lengths)
+  generated = np.arange(BUFFER_LEN) >= lengths[:, None]
+  generated &= np.arange(BUFFER_LEN) < expected_lengths[:, None]
+  np.testing.assert_array_equal(out.generated_mask, generated)
+  np.testing.assert_array_equal(np.where(generated, 0, out.tokens), np.where(generated, 0, tokens))
+  for b, position in zip(*np.nonzero(generated)):
+    token = out.tokens[b, position]
+    np.testing.assert_allclose(out.logprobs[b, position], log_probs[b, position - 1, token],
+                               atol=1e-5)
+    # top_k=5: the sampled token is among the model's five most likely.
+    assert (log_probs[b, position - 1] > log_probs[b, position - 1, token]).sum() < 5
+  assert not np.asarray(out.logprobs)[~generated].any()
+  np.testing.assert_array_equal(out.stop_token, -1)
+
+
+def _sample_many(logits, n, **kwargs):
+  keys = jax.random.split(jax.random.key(0), n)
+  sample = jax.jit(jax.vmap(lambda key: _generate._filter_and_sample(key, logits, **kwargs)))
+  return np.asarray(sample(keys))[:, 0]
+
+
+def test_filtering_keeps_the_right_tokens():
+  logits = jnp.log(jnp.array([[0.5, 0.3, 0.15, 0.05]]))
+  n = 4000
+  # top_p=0.7: tokens 0 and 1 reach 0.8 >= 0.7; renormalised to 0.625 / 0.375.
+  counts = np.bincount(_sample_many(logits, n, temperature=1.0, top_k=0, top_p=0.7), minlength=4)
+  np.testing.assert_allclose(counts / n, [0.625, 0.375, 0, 0], atol=0.03)
+  # top_k=3, temperature 2: probabilities ∝ sqrt(p) over the top 3, i.e. 0.707 / 0.548 / 0.387
+  # over 1.642 = 0.431 / 0.334 / 0.236.
+  counts = np.bincount(_sample_many(logits, n, temperature=2.0, top_k=3, top_p=1.0), minlength=4)
+  np.testing.assert_allclose(counts / n, [0.431, 0.334, 0.236, 0], atol=0.03)
+  # top_k and top_p together: top 3 at temperature 1 is 0.526 / 0.316 / 0.158; top_p=0.6 keeps
+  # the first two.
+  samples = _sample_many(logits, n, temperature=1.0, top_k=3, top_p=0.6)
+  assert set(np.unique(samples)) == {0, 1}
+  for kwargs in (dict(temperature=0.0, top_k=0, top_p=1.0),
+                 dict(temperature=1.0, top_k=1, top_p=1.0),
+                 dict(temperature=1.0, top_k=0, top_p=0.1)):
+    np.testing.assert_array_equal(_sample_many(logits, 50, **kwargs), 0)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(temperature=-1.0), "temperature"),
+    (dict(top_p=0.0), "top_p"),
+    (dict(max_new_tokens=0), "max_new_tokens"),
+])
+def test_invalid_settings_raise(kwargs, match):
+  model, params, _ = _setup()
+  tokens, lengths, active = _batch(seed=1)
+  settings = dict(model=model, max_new_tokens=2, stop_tokens=(1,)) | kwargs
+  with pytest.raises(ValueError, match=match):
+    sampling.generate_segment(params, tokens, lengths, active, jax.random.key(0), **settings)
+
+
+def test_prefill_blocks_stop_after_the_longest_prefix(monkeypatch):
+  model, params, _ = _setup()
+  # 3 rows x 8 positions per block; a 13-slot buffer is 2 blocks, the second padded.
+  monkeypatch.setattr(_generate, "_PREFILL_BLOCK_TOKENS", 24)
+  tokens = np.asarray(jax.random.randint(jax.random.key(4), (3, 13), 1, 50), np.int32)
+  prefill = jax.jit(functools.partial(_generate._prefill, model=model))
+  positions = np.broadcast_to(np.arange(13), (3, 13))
+  hidden, full_cache = jax.jit(functools.partial(model.apply, method=model.hidden_states))(
+      params, tokens, positions)
+
+  lengths = np.array([5, 11, 0], np.int32)  # row 2 is not needed
+  last_hidden, cache = prefill(params, tokens, lengths)
+  np.testing.assert_allclose(last_hidden[:2], hidden[[0, 1], lengths[:2] - 1], atol=1e-5)
+  for got, want in zip(cache.k + cache.v, full_cache.k + full_cache.v):
+    np.testing.assert_allclose(got[0, :, :5], want[0, :, :5], atol=1e-5)
+    np.testing.assert_allclose(got[1, :, :11], want[1, :, :11], atol=1e-5)
+
+  # Prefixes within the first block: the second block is never run, its slots stay zero.
+  last_hidden, cache = prefill(params, tokens, np.array([3, 8, 0], np.int32))
+  np.testing.assert_allclose(last_hidden[1], hidden[1, 7], atol=1e-5)
+  assert not cache.k[0][:, :, 8:].any() and cache.k[0][:, :, :8].all()
