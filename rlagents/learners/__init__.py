@@ -5,11 +5,13 @@ from rlagents.learners._state import make_optimizer
 from rlagents.learners._state import OptimizerConfig
 from rlagents.learners.grpo import GRPOConfig
 from rlagents.learners.grpo import make_grpo_step
+from rlagents.learners.grpo import MicrobatchedGRPOStep
 from rlagents.learners.sft import make_sft_step
 from rlagents.learners.sft import SFTConfig
 
 __all__ = [
     "GRPOConfig",
+    "MicrobatchedGRPOStep",
     "OptimizerConfig",
     "SFTConfig",
     "create_train_state",

@@ -15,6 +15,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rlagents import losses
 from rlagents.learners import _state
@@ -39,6 +40,8 @@ class GRPOConfig:
     clip_low: lower clip, the ratio is kept above `1 - clip_low`.
     clip_high: upper clip, the ratio is kept below `1 + clip_high` (DAPO's clip-higher if larger).
     advantage_epsilon: added to the group std.
+    microbatch_size: episodes per length-sorted micro-batch in the job's update (0: the whole
+      batch at once); the update is the same, only faster when lengths vary.
     optimizer: optimizer settings.
   """
   num_steps: int = 150
@@ -53,6 +56,7 @@ class GRPOConfig:
   clip_low: float = 0.2
   clip_high: float = 0.2
   advantage_epsilon: float = 1e-6
+  microbatch_size: int = 32
   optimizer: _state.OptimizerConfig = _state.OptimizerConfig(learning_rate=2e-4, warmup_steps=10)
 
   def __post_init__(self):
@@ -64,6 +68,10 @@ class GRPOConfig:
     if self.group_size < 2:
       raise ValueError(f"GRPOConfig.group_size must be >= 2 for group-relative advantages, "
                        f"got {self.group_size}")
+    if self.microbatch_size < 0 or (
+        self.microbatch_size and (self.prompts_per_step * self.group_size) % self.microbatch_size):
+      raise ValueError(f"GRPOConfig.microbatch_size ({self.microbatch_size}) must divide "
+                       f"prompts_per_step * group_size ({self.prompts_per_step * self.group_size})")
     if self.kl_beta < 0:
       raise ValueError(f"GRPOConfig.kl_beta must be >= 0, got {self.kl_beta}")
     # Unknown names fail here, when the config is built, not at the first step.
@@ -73,12 +81,19 @@ class GRPOConfig:
     losses.get_aggregation(self.aggregation)
 
 
-def grpo_loss(params, apply_fn, batch, advantages, ref_logp, *, config: GRPOConfig):
-  logp = _state.forward_logprobs(apply_fn, params, batch["tokens"])
-  mask = batch["loss_mask"]
-  max_len = batch["tokens"].shape[1]
+def grpo_loss(params, apply_fn, ref_params, batch, *, config: GRPOConfig, max_len: int):
+  """The GRPO objective on a batch whose `advantages` [N] are already computed.
+
+  Returns `(loss, metrics)`; `max_len` is the constant of the 'seq_sum_max_len' aggregation.
+  """
+  tokens, mask = batch["tokens"], batch["loss_mask"]
+  logp = _state.forward_logprobs(apply_fn, params, tokens)
+  if config.kl_beta:
+    ref_logp = jax.lax.stop_gradient(_state.forward_logprobs(apply_fn, ref_params, tokens))
+  else:
+    ref_logp = batch["old_logprobs"]
   pg_loss, metrics = losses.policy_gradient_loss(
-      logp, batch["old_logprobs"], advantages, mask, variant=config.policy_loss,
+      logp, batch["old_logprobs"], batch["advantages"], mask, variant=config.policy_loss,
       clip_low=config.clip_low, clip_high=config.clip_high, aggregation=config.aggregation,
       max_len=max_len)
   kl = losses.aggregate_loss(
@@ -86,31 +101,108 @@ def grpo_loss(params, apply_fn, batch, advantages, ref_logp, *, config: GRPOConf
       aggregation=config.aggregation, max_len=max_len)
   metrics = {f"grpo/{k}": v for k, v in metrics.items()}
   metrics["grpo/kl"] = kl
-  return pg_loss + config.kl_beta * kl, metrics
+  loss = pg_loss + config.kl_beta * kl
+  metrics["grpo/loss"] = loss
+  return loss, metrics
+
+
+def _with_advantages(batch, config: GRPOConfig):
+  estimator = losses.get_advantage_estimator(config.advantage_estimator)
+  advantages = estimator(batch["rewards"], group_size=config.group_size,
+                         epsilon=config.advantage_epsilon)
+  return {**batch, "advantages": advantages}
 
 
 def make_grpo_step(config: GRPOConfig):
-  """The jitted GRPO update `(state, ref_params, batch) -> (state, metrics)`.
+  """The jitted GRPO update `(state, ref_params, batch) -> (state, metrics)` on a whole batch.
 
   `batch` holds `tokens` [N, T] int32, `loss_mask` [N, T] float32, `old_logprobs` [N, T] (the
   sampler's) and `rewards` [N], with N = prompts * group_size and each group contiguous.
   """
-  estimator = losses.get_advantage_estimator(config.advantage_estimator)
 
   def update(state, ref_params, batch):
-    advantages = estimator(batch["rewards"], group_size=config.group_size,
-                           epsilon=config.advantage_epsilon)
-    if config.kl_beta:
-      ref_logp = jax.lax.stop_gradient(
-          _state.forward_logprobs(state.apply_fn, ref_params, batch["tokens"]))
-    else:
-      ref_logp = batch["old_logprobs"]
+    batch = _with_advantages(batch, config)
     grad_fn = jax.value_and_grad(grpo_loss, has_aux=True)
-    (loss, metrics), grads = grad_fn(state.params, state.apply_fn, batch, advantages, ref_logp,
-                                     config=config)
-    metrics["grpo/loss"] = loss
+    (_, metrics), grads = grad_fn(state.params, state.apply_fn, ref_params, batch,
+                                  config=config, max_len=batch["tokens"].shape[1])
     metrics["grpo/grad_norm"] = sft.global_norm(grads)
-    metrics["grpo/advantage_abs_mean"] = jnp.abs(advantages).mean()
+    metrics["grpo/advantage_abs_mean"] = jnp.abs(batch["advantages"]).mean()
     return state.apply_gradients(grads=grads), metrics
 
   return jax.jit(update, donate_argnums=(0,))
+
+
+class MicrobatchedGRPOStep:
+  """The same update as `make_grpo_step`, computed over length-sorted micro-batches.
+
+  Episodes vary a lot in length (one call, or several with retries), so padding a whole batch to
+  its longest episode wastes most of the compute. This step (host code around jitted pieces)
+  computes advantages on the whole batch, sorts the episodes by length, cuts them into
+  micro-batches of `microbatch_size` rows, trims each to its own length (rounded up to
+  `length_multiple`, so few shapes compile), and sums the micro-batch gradients, each weighted
+  by its share of the aggregation's denominator, so the result equals the whole-batch gradient.
+  """
+
+  def __init__(self, config: GRPOConfig, *, microbatch_size: int, length_multiple: int = 32):
+    self.config = config
+    self.microbatch_size = microbatch_size
+    self.length_multiple = length_multiple
+    self._advantages = jax.jit(lambda batch: _with_advantages(batch, config)["advantages"])
+
+    def weighted_grads(params, apply_fn, ref_params, batch, weight, max_len):
+      grad_fn = jax.value_and_grad(grpo_loss, has_aux=True)
+      (_, metrics), grads = grad_fn(params, apply_fn, ref_params, batch, config=config,
+                                    max_len=max_len)
+      scale = lambda tree: jax.tree.map(lambda x: x * weight, tree)
+      return scale(grads), scale(metrics)
+
+    self._grads = jax.jit(weighted_grads, static_argnames=("apply_fn", "max_len"))
+    self._add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b))
+
+    def apply(state, grads):
+      return state.apply_gradients(grads=grads), sft.global_norm(grads)
+
+    self._apply = jax.jit(apply, donate_argnums=(0,))
+
+  def _weights(self, mask: np.ndarray, chunks) -> list[float]:
+    if self.config.aggregation == "token_mean":
+      per_row = mask.sum(axis=1)
+    elif self.config.aggregation == "seq_mean_token_mean":
+      per_row = (mask.sum(axis=1) > 0).astype(np.float64)
+    else:  # seq_sum_max_len: a mean over rows of a constant-normalized sum.
+      per_row = np.ones(len(mask))
+    total = max(per_row.sum(), 1e-9)
+    return [float(per_row[rows].sum() / total) for rows in chunks]
+
+  def __call__(self, state, ref_params, batch):
+    """`(state, ref_params, batch) -> (state, metrics)` with `batch` as for `make_grpo_step`."""
+    batch = {k: np.asarray(v) for k, v in batch.items()}
+    advantages = np.asarray(self._advantages(batch))
+    tokens, mask = batch["tokens"], batch["loss_mask"]
+    full_length = tokens.shape[1]
+    if len(tokens) % self.microbatch_size:
+      raise ValueError(f"batch of {len(tokens)} episodes is not divisible into micro-batches "
+                       f"of {self.microbatch_size}")
+    row_lengths = (tokens != 0).sum(axis=1)
+    order = np.argsort(row_lengths, kind="stable")
+    size = self.microbatch_size
+    chunks = [order[i:i + size] for i in range(0, len(order), size)]
+    weights = self._weights(mask, chunks)
+    grads = metrics = None
+    for rows, weight in zip(chunks, weights):
+      used = -(-int(row_lengths[rows].max()) // self.length_multiple) * self.length_multiple
+      used = min(max(used, self.length_multiple), full_length)
+      micro = {
+          "tokens": tokens[rows, :used],
+          "loss_mask": mask[rows, :used],
+          "old_logprobs": batch["old_logprobs"][rows, :used],
+          "advantages": advantages[rows],
+      }
+      g, m = self._grads(state.params, state.apply_fn, ref_params, micro, weight, full_length)
+      grads = g if grads is None else self._add(grads, g)
+      metrics = m if metrics is None else self._add(metrics, m)
+    state, grad_norm = self._apply(state, grads)
+    metrics = dict(metrics)
+    metrics["grpo/grad_norm"] = grad_norm
+    metrics["grpo/advantage_abs_mean"] = np.abs(advantages).mean()
+    return state, metrics

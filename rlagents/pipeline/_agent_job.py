@@ -259,7 +259,10 @@ def _run_grpo(job: _Job, sft_params, writer, audit) -> Any:
   if start >= grpo.num_steps:
     return state.params
 
-  update = learners.make_grpo_step(grpo)
+  if grpo.microbatch_size:
+    update = learners.MicrobatchedGRPOStep(grpo, microbatch_size=grpo.microbatch_size)
+  else:
+    update = learners.make_grpo_step(grpo)
   train = job.splits["train"]
   bar = tqdm.trange(start, grpo.num_steps, desc="GRPO", initial=start, total=grpo.num_steps,
                     dynamic_ncols=True)
@@ -271,12 +274,14 @@ def _run_grpo(job: _Job, sft_params, writer, audit) -> Any:
     rollout = job.policy_episodes(state.params, group_tasks,
                                   key=jax.random.fold_in(key, step), rng=rng)
     t_rollout = time.perf_counter() - t0
-    batch = _trim({
+    batch = {
         "tokens": rollout.tokens,
         "loss_mask": rollout.loss_mask,
         "old_logprobs": rollout.logprobs,
         "rewards": np.array([e.reward for e in rollout.episodes], np.float32),
-    })
+    }
+    if not grpo.microbatch_size:
+      batch = _trim(batch)
     for _ in range(grpo.updates_per_batch):
       state, metrics = update(state, sft_params, batch)
     done = step + 1

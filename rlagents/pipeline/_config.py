@@ -48,7 +48,7 @@ class EvalConfig:
 
 def _default_model() -> TransformerConfig:
   # vocab_size is set from the tokenizer by the job; max_len covers the rollout buffer.
-  return TransformerConfig(vocab_size=1, d_model=128, n_layers=3, n_heads=4, n_kv_heads=2,
+  return TransformerConfig(vocab_size=1, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2,
                            d_ff=384, max_len=192)
 
 

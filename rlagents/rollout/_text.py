@@ -34,8 +34,8 @@ class RolloutConfig:
     top_k: keep the k most likely tokens (0: off).
     top_p: nucleus sampling threshold (1: off).
   """
-  max_length: int = 160
-  max_tool_calls: int = 3
+  max_length: int = 192
+  max_tool_calls: int = 4
   max_segment_tokens: int = 32
   batch_size: int = 128
   temperature: float = 1.0
