@@ -44,7 +44,7 @@ class GRPOConfig:
       batch at once); the update is the same, only faster when lengths vary.
     optimizer: optimizer settings.
   """
-  num_steps: int = 150
+  num_steps: int = 200
   prompts_per_step: int = 16
   group_size: int = 8
   updates_per_batch: int = 1

@@ -20,10 +20,10 @@ class SFTConfig:
     optimizer: optimizer settings.
   """
   num_demonstrations: int = 8000
-  num_steps: int = 1200
+  num_steps: int = 700
   batch_size: int = 64
   optimizer: _state.OptimizerConfig = _state.OptimizerConfig(
-      learning_rate=2e-3, warmup_steps=100, decay_steps=1100)
+      learning_rate=2e-3, warmup_steps=100, decay_steps=600)
 
   def __post_init__(self):
     for name in ("num_demonstrations", "batch_size"):

@@ -2,17 +2,17 @@
 
 import csv
 import os
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
 
-def read_csv(path: str) -> list[dict[str, float]]:
-  """Rows of a metrics CSV as dicts of floats (missing values are NaN)."""
+def read_csv(path: str) -> list[dict[str, Any]]:
+  """Rows of a metrics CSV: `{"step": int, "name": str, "value": float}`."""
   if not os.path.exists(path):
     return []
   with open(path, newline="") as f:
-    return [{k: (float(v) if v not in ("", None) else float("nan")) for k, v in row.items()}
+    return [{"step": int(row["step"]), "name": row["name"], "value": float(row["value"])}
             for row in csv.DictReader(f)]
 
 
@@ -75,9 +75,7 @@ def plot_learning_curves(csv_path: str, png_path: str, *, panels: Mapping[str, l
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
-  with open(csv_path, newline="") as f:
-    rows = [{"step": float(r["step"]), "name": r["name"], "value": float(r["value"])}
-            for r in csv.DictReader(f)]
+  rows = read_csv(csv_path)
   fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
   for ax, (title, names) in zip(axes[0], panels.items()):
     for name in names:

@@ -57,7 +57,11 @@ _PHASE_IDS = {"demos": 1, "sft": 2, "grpo": 3, "eval": 4}
 
 
 class AuditLog:
-  """Appends one JSON line per episode; on resume drops lines written after the checkpoint."""
+  """Appends one JSON line per episode; on resume drops lines written after the checkpoint.
+
+  Each line is the episode's record (`Episode.to_record`) plus `phase`, `step` (the global step:
+  SFT steps, then SFT + GRPO steps), `policy` and, for evaluations, `split`.
+  """
 
   def __init__(self, path: str, *, resume_step: int | None):
     self.path = path
@@ -66,7 +70,10 @@ class AuditLog:
       open(path, "w").close()
     elif os.path.exists(path):
       with open(path) as f:
-        kept = [line for line in f if line.strip() and json.loads(line)["step"] <= resume_step]
+        records = [(line, json.loads(line)) for line in f if line.strip()]
+      # The final evaluation always runs again after a resume, so its records are dropped too.
+      kept = [line for line, r in records
+              if r["step"] <= resume_step and r["phase"] != "final_eval"]
       with open(path, "w") as f:
         f.writelines(kept)
 

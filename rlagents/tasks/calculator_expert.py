@@ -29,7 +29,7 @@ class NoisyExpertConfig:
   """
   tool_name: str = "calc"
   skip_tool_rate: float = 0.15
-  typo_rate: float = 0.10
+  typo_rate: float = 0.05
   malformed_rate: float = 0.10
   recover_rate: float = 0.5
   retry_rate: float = 0.4

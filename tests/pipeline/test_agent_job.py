@@ -29,14 +29,8 @@ def finished_run(tmp_path_factory):
 
 
 def _metric(workdir, name):
-  return {int(r["step"]): r["value"] for r in _rows(workdir) if r["name"] == name}
-
-
-def _rows(workdir):
-  import csv
-  with open(os.path.join(workdir, "metrics.csv")) as f:
-    return [{"step": float(r["step"]), "name": r["name"], "value": float(r["value"])}
-            for r in csv.DictReader(f)]
+  rows = read_csv(os.path.join(workdir, "metrics.csv"))
+  return {r["step"]: r["value"] for r in rows if r["name"] == name}
 
 
 def test_smoke_job_writes_its_outputs(finished_run):
@@ -97,9 +91,11 @@ def test_resume_continues_from_the_saved_step_and_matches(finished_run, tmp_path
   saved_step = last - config.checkpoint_every
   assert report["resumed_from_step"] == config.sft.num_steps + saved_step
   # The metrics continue without a gap or a repeat.
-  steps = [s for s in _metric(resumed, "grpo/loss")]
-  assert steps == sorted(set(steps))
-  assert steps == [s for s in _metric(workdir, "grpo/loss")]
+  rows = read_csv(os.path.join(resumed, "metrics.csv"))
+  pairs = [(r["step"], r["name"]) for r in rows]
+  assert len(pairs) == len(set(pairs))
+  resumed_steps = sorted(s for s, name in pairs if name == "grpo/loss")
+  assert resumed_steps == sorted(_metric(workdir, "grpo/loss"))
   # Data order, sampling keys and tool randomness depend on the step only, so the resumed run
   # ends with the same parameters as the uninterrupted one.
   original = _final_grpo_params(workdir, config)
