@@ -14,7 +14,7 @@ def _setup(aggregation):
       vocab_size=16, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=64, max_len=96))
   params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32), jnp.arange(8)[None])
   config = learners.GRPOConfig(group_size=4, prompts_per_step=4, aggregation=aggregation,
-                               kl_beta=0.1)
+                               kl_beta=0.1, microbatch_size=4)
   rng = np.random.default_rng(0)
   n, length = 16, 96
   lengths = rng.integers(5, length, size=n)
@@ -71,7 +71,8 @@ def test_every_variant_raises_the_probability_of_rewarded_completions(variant):
   config = learners.GRPOConfig(**{"group_size": 8, "prompts_per_step": 4, "kl_beta": 0.0,
                                   "optimizer": learners.OptimizerConfig(learning_rate=3e-2),
                                   **variant})
-  state = learners.create_train_state(model, params, config.optimizer)
+  # A copy: the update donates the state's buffers and `params` stays the KL reference.
+  state = learners.create_train_state(model, jax.tree.map(jnp.copy, params), config.optimizer)
   step = learners.make_grpo_step(config)
   key = jax.random.PRNGKey(0)
 

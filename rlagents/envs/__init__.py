@@ -1,0 +1,55 @@
+"""JAX-native environments: pure `reset(key)` / `step(state, action, key)`, jittable and vmappable.
+
+    env = envs.make("CartPole-v1")
+    batch = envs.wrap_for_training(env, num_envs=4)   # auto-reset, episode stats, vmapped
+    state, obs = batch.reset(key)                     # obs [4, 4]
+    state, obs, reward, done, info = batch.step(state, action, key)
+
+Built-ins: CartPole (gymnasium CartPole-v1 dynamics) and a key-door maze (long horizon, sparse
+reward). `GymnaxEnv` adapts gymnax environments (`make('gymnax/CartPole-v1')`; needs gymnax,
+imported only then).
+"""
+
+from rlagents.envs._api import BoxSpec
+from rlagents.envs._api import check_action
+from rlagents.envs._api import check_environment
+from rlagents.envs._api import DiscreteSpec
+from rlagents.envs._api import Environment
+from rlagents.envs._api import InvalidEnvironmentError
+from rlagents.envs._cartpole import CartPole
+from rlagents.envs._cartpole import CartPoleState
+from rlagents.envs._gymnax import GymnaxEnv
+from rlagents.envs._maze import KeyDoorMaze
+from rlagents.envs._maze import KeyDoorMazeState
+from rlagents.envs._registry import ENVIRONMENTS
+from rlagents.envs._registry import make
+from rlagents.envs._wrappers import AutoReset
+from rlagents.envs._wrappers import CheckedActions
+from rlagents.envs._wrappers import EpisodeStatistics
+from rlagents.envs._wrappers import EpisodeStatisticsState
+from rlagents.envs._wrappers import VmapEnv
+from rlagents.envs._wrappers import Wrapper
+from rlagents.envs._wrappers import wrap_for_training
+
+__all__ = [
+    "ENVIRONMENTS",
+    "AutoReset",
+    "BoxSpec",
+    "CartPole",
+    "CartPoleState",
+    "CheckedActions",
+    "DiscreteSpec",
+    "Environment",
+    "EpisodeStatistics",
+    "EpisodeStatisticsState",
+    "GymnaxEnv",
+    "InvalidEnvironmentError",
+    "KeyDoorMaze",
+    "KeyDoorMazeState",
+    "VmapEnv",
+    "Wrapper",
+    "check_action",
+    "check_environment",
+    "make",
+    "wrap_for_training",
+]

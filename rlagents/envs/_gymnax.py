@@ -1,0 +1,68 @@
+"""An adapter that runs a gymnax environment behind this package's API (needs `gymnax`).
+
+gymnax (Lange 2022, https://github.com/RobertTLange/gymnax) environments take `params` in every
+call and auto-reset inside `step`. The adapter binds the params, calls the reset-free
+`step_env` (our `AutoReset` wrapper does the resetting, so `final_obs` is available), and reports
+time-limit cuts as `info["truncated"]`.
+"""
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlagents.envs import _api
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GymnaxEnv(_api.Environment):
+  """Wraps `env` (a gymnax `Environment`) and its `params` (default params when None).
+
+  Only discrete action spaces and array observations are supported. With gymnax >= 1.0 a step is
+  truncated where `env.is_truncated` says so; with older gymnax, whose `step_env` folds the time
+  limit into `done`, a step that ends at the time limit counts as truncated.
+  """
+  env: Any
+  params: Any = None
+
+  def __post_init__(self):
+    if self.params is None:
+      object.__setattr__(self, "params", self.env.default_params)
+    # gymnax builds its spaces from jnp arrays; read them once, outside any trace.
+    with jax.ensure_compile_time_eval():
+      actions = self.env.action_space(self.params)
+      observations = self.env.observation_space(self.params)
+      if not hasattr(actions, "n"):
+        raise ValueError(f"GymnaxEnv supports discrete action spaces only, got {actions!r}")
+      object.__setattr__(self, "_action_spec", _api.DiscreteSpec(int(actions.n)))
+      object.__setattr__(self, "_observation_spec", _api.BoxSpec(
+          shape=tuple(observations.shape), low=np.asarray(observations.low),
+          high=np.asarray(observations.high), dtype=jnp.dtype(observations.dtype)))
+
+  @classmethod
+  def from_name(cls, name: str, **kwargs) -> "GymnaxEnv":
+    import gymnax  # pylint: disable=g-import-not-at-top
+    env, params = gymnax.make(name, **kwargs)
+    return cls(env, params)
+
+  def observation_spec(self) -> _api.BoxSpec:
+    return self._observation_spec
+
+  def action_spec(self) -> _api.DiscreteSpec:
+    return self._action_spec
+
+  def reset(self, key):
+    obs, state = self.env.reset_env(key, self.params)
+    return state, obs
+
+  def step(self, state, action, key):
+    obs, state, reward, done, info = self.env.step_env(key, state, action, self.params)
+    if hasattr(self.env, "is_truncated"):
+      truncated = self.env.is_truncated(state, self.params) & ~done
+    else:
+      truncated = done & (state.time >= self.params.max_steps_in_episode)
+    info = {k: v for k, v in info.items() if k not in ("truncated", "terminated")}
+    return (state, obs, jnp.asarray(reward, jnp.float32), jnp.asarray(done | truncated, bool),
+            {**info, "truncated": jnp.asarray(truncated, bool)})
