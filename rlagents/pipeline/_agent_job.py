@@ -333,7 +333,7 @@ def _final_report(job: _Job, sft_params, grpo_params, audit) -> dict[str, Any]:
                                   sampler=job.sampler_eval)
       entry[name] = evaluation.summarize_episodes(batch.episodes)
       audit.write(batch.episodes, phase="final_eval", step=final_step, policy=name, split=split)
-      if config.eval.greedy_too:
+      if config.eval.greedy_too and split == "heldout":
         greedy = job.policy_episodes(params, tasks, key=policy_key,
                                      rng=_rng(config.seed, _PHASE_IDS["eval"], 10**6, index),
                                      sampler=job.sampler_greedy)

@@ -32,7 +32,7 @@ class EvalConfig:
     curve_tasks: heldout tasks used for the learning curve during training.
     temperature: sampling temperature of the evaluated policy (1 evaluates the stochastic
       policy that RL optimizes; 0 is greedy).
-    greedy_too: also report greedy (temperature 0) success in the final report.
+    greedy_too: also report greedy (temperature 0) success on `heldout` in the final report.
   """
   every_steps: int = 25
   curve_tasks: int = 256

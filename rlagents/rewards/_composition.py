@@ -4,7 +4,13 @@
            + w_tool * [some call returned a result that verifies]      (the right tool, valid
                                                                         arguments, a useful result)
            + w_redundant * (number of calls repeating a call that had already succeeded)
-           + w_recovery * [a call failed earlier and the answer is verified]
+           + w_invalid * (number of calls that were malformed, named an unknown tool or had
+                          arguments the tool rejected)
+           + w_recovery * [the tool failed transiently and the answer is still verified]
+
+The recovery bonus counts only failures the agent did not cause (a busy tool it retried). A
+failure of its own making earns no bonus and costs `w_invalid`: were a malformed call followed by
+a good one worth a bonus, the optimizer would learn to fail on purpose and farm it.
 
 Each term's raw value is logged beside the total, so a shaping term that starts to dominate the
 gate (reward hacking by farming a bonus) shows up in the metrics.
@@ -16,7 +22,7 @@ from typing import Any, Callable
 from rlagents.rollout import _episode
 from rlagents.tools import CallStatus
 
-TERMS = ("correct_answer", "correct_tool_call", "redundant_calls", "recovery")
+TERMS = ("correct_answer", "correct_tool_call", "redundant_calls", "invalid_calls", "recovery")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -27,19 +33,23 @@ class RewardConfig:
     correct_answer: weight of the verifiable gate (1 when the final answer verifies).
     correct_tool_call: bonus, once per episode, for a call whose result verifies.
     redundant_call: added per call that repeats an earlier successful call (a penalty: <= 0).
-    recovery: bonus when a call failed (any error) and the episode still ends correct.
+    invalid_call: added per malformed call, call to an unknown tool or call with rejected
+      arguments (a penalty: <= 0; a busy tool is not the agent's fault and costs nothing).
+    recovery: bonus when the tool failed transiently (busy) and the episode still ends correct.
   """
   correct_answer: float = 1.0
   correct_tool_call: float = 0.1
   redundant_call: float = -0.05
+  invalid_call: float = -0.05
   recovery: float = 0.1
 
   def __post_init__(self):
     if self.correct_answer <= 0:
       raise ValueError(f"RewardConfig.correct_answer must be > 0, got {self.correct_answer}")
-    if self.redundant_call > 0:
-      raise ValueError(f"RewardConfig.redundant_call is a penalty and must be <= 0, got "
-                       f"{self.redundant_call}")
+    for name in ("redundant_call", "invalid_call"):
+      if getattr(self, name) > 0:
+        raise ValueError(f"RewardConfig.{name} is a penalty and must be <= 0, got "
+                         f"{getattr(self, name)}")
     for name in ("correct_tool_call", "recovery"):
       if getattr(self, name) < 0:
         raise ValueError(f"RewardConfig.{name} must be >= 0, got {getattr(self, name)}")
@@ -59,12 +69,14 @@ def reward_terms(episode: _episode.Episode,
       if r.call in succeeded:
         redundant += 1
       succeeded.add(r.call)
-  failed = any(r.status != CallStatus.OK for r in calls)
+  invalid = sum(not r.valid for r in calls)
+  tool_failed = any(r.status == CallStatus.TRANSIENT_ERROR for r in calls)
   return {
       "correct_answer": float(correct),
       "correct_tool_call": float(useful_call),
       "redundant_calls": float(redundant),
-      "recovery": float(failed and correct),
+      "invalid_calls": float(invalid),
+      "recovery": float(tool_failed and correct),
   }
 
 
@@ -73,4 +85,5 @@ def compose_reward(terms: dict[str, float], config: RewardConfig) -> float:
   return (config.correct_answer * terms["correct_answer"]
           + config.correct_tool_call * terms["correct_tool_call"]
           + config.redundant_call * terms["redundant_calls"]
+          + config.invalid_call * terms["invalid_calls"]
           + config.recovery * terms["recovery"])

@@ -10,6 +10,7 @@ import pytest
 
 from experiments.configs import calculator
 from rlagents import checkpoint
+from rlagents import rewards
 from rlagents import pipeline
 from rlagents.metrics import read_csv
 
@@ -68,8 +69,7 @@ def test_audit_log_has_every_episode_with_reward_terms(finished_run):
   demos = [r for r in records if r["phase"] == "sft_demonstration"]
   assert len(demos) == config.sft.num_demonstrations
   record = grpo[-1]
-  assert set(record["reward_terms"]) == {"correct_answer", "correct_tool_call",
-                                         "redundant_calls", "recovery"}
+  assert set(record["reward_terms"]) == set(rewards.TERMS)
   assert record["prompt"].endswith("=?") and record["actions"]
 
 
