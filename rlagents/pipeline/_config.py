@@ -6,6 +6,7 @@ from the command line, and `config_from_dict` turns it back, naming any unknown 
 """
 
 import dataclasses
+import difflib
 import typing
 from typing import Any, Mapping
 
@@ -110,8 +111,8 @@ def _build(default: Any, values: Mapping[str, Any], path: str):
   for key, value in values.items():
     name = f"{path}{key}"
     if key not in fields:
-      raise ConfigError(f"unknown config key '{name}' (valid keys of '{path or '.'}': "
-                        f"{', '.join(sorted(fields))})")
+      raise ConfigError(f"unknown config key '{name}'{_suggestion(key, fields)} (valid keys of "
+                        f"'{path or '.'}': {', '.join(sorted(fields))})")
     if dataclasses.is_dataclass(hints[key]):
       if not isinstance(value, Mapping):
         raise ConfigError(f"config key '{name}' must be a group of settings, got {value!r}")
@@ -122,6 +123,11 @@ def _build(default: Any, values: Mapping[str, Any], path: str):
     return dataclasses.replace(default, **kwargs)
   except (ValueError, TypeError) as e:
     raise ConfigError(f"invalid config '{path.rstrip('.') or 'config'}': {e}") from e
+
+
+def _suggestion(key: str, fields) -> str:
+  close = difflib.get_close_matches(key, sorted(fields), n=1)
+  return f", did you mean '{close[0]}'?" if close else ""
 
 
 def _coerce(hint, value, name):
@@ -159,6 +165,6 @@ def check_config_key(dotted_key: str) -> None:
     fields = {f.name for f in dataclasses.fields(node)} if dataclasses.is_dataclass(node) else {}
     if part not in fields:
       where = ".".join(parts[:depth]) or "."
-      raise ConfigError(f"unknown config key '{dotted_key}' ('{part}' is not a field of "
-                        f"'{where}'; valid: {', '.join(sorted(fields)) or 'none'})")
+      raise ConfigError(f"unknown config key '{dotted_key}'{_suggestion(part, fields)} ('{part}' "
+                        f"is not a field of '{where}'; valid: {', '.join(sorted(fields)) or 'none'})")
     node = getattr(node, part)

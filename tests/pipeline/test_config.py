@@ -31,6 +31,8 @@ def test_overrides_apply_and_keep_nested_defaults():
     ({"grpo": {"kl_beta": "high"}}, "'grpo.kl_beta' must be a number"),
     ({"rollout": {"max_length": 4096}}, "rollout.max_length"),
     ({"reward": {"redundant_call": 0.5}}, "redundant_call"),
+    ({"reward": {"invalid_call": 0.5}}, "invalid_call"),
+    ({"grpo": {"kl_bta": 0.1}}, "unknown config key 'grpo.kl_bta', did you mean 'kl_beta'?"),
     ({"sft": 3}, "'sft' must be a group"),
 ])
 def test_bad_values_are_named(values, message):
@@ -41,7 +43,8 @@ def test_bad_values_are_named(values, message):
 
 def test_check_config_key():
   pipeline.check_config_key("grpo.optimizer.learning_rate")
-  with pytest.raises(pipeline.ConfigError, match="'learning_rat' is not a field"):
+  with pytest.raises(pipeline.ConfigError,
+                     match="did you mean 'learning_rate'.*'learning_rat' is not a field"):
     pipeline.check_config_key("grpo.optimizer.learning_rat")
 
 
