@@ -35,7 +35,7 @@ class EvalConfig:
       policy that RL optimizes; 0 is greedy).
     greedy_too: also report greedy (temperature 0) success on `heldout` in the final report.
   """
-  every_steps: int = 25
+  every_steps: int = 50
   curve_tasks: int = 256
   temperature: float = 1.0
   greedy_too: bool = True
