@@ -42,6 +42,7 @@ from rlagents import rollout as rollout_lib
 from rlagents import tasks as tasks_lib
 from rlagents import tools as tools_lib
 from rlagents.pipeline import _config
+from rlagents.pipeline import _suites
 from rlagents.tasks import calculator_expert
 
 EVAL_SPLITS = ("heldout", "heldout_ood", "calibration")
@@ -307,6 +308,8 @@ def _final_report(job: _Job, sft_params, grpo_params, audit) -> dict[str, Any]:
                                   rng=_rng(config.seed, _PHASE_IDS["eval"], 10**6, index),
                                   sampler=job.sampler_eval)
       entry[name] = evaluation.summarize_episodes(batch.episodes)
+      entry[name]["detectors"] = rewards.count_detections(
+          batch.episodes, _suites.DETECTORS["calculator"])
       audit.write(batch.episodes, phase="final_eval", step=final_step, policy=name, split=split)
       if config.eval.greedy_too:
         greedy = job.policy_episodes(params, tasks, key=policy_key,
@@ -325,6 +328,10 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
   """Runs (or resumes) the whole job in `workdir` and returns the report it writes."""
   _check_workdir(config, workdir)
   start_time = time.time()
+  if config.task != "calculator":
+    report = _suites.run_scripted_suite(config, workdir)
+    report["wall_seconds_this_invocation"] = time.time() - start_time
+    return report
   job = _Job(config, workdir)
   job.tokenizer.save_pretrained(os.path.join(workdir, "tokenizer"))
 

@@ -287,10 +287,15 @@ def _run_in(root, code, files, pinned_bytes, digests, limits, rlimits, uid, use_
   wall = time.monotonic() - start
   reports = _read_all(report_read)
   os.close(report_read)
+  def scrub(text: str) -> str:
+    # The directory name is random; results must not depend on it (replay compares them).
+    return text.replace(work, "<sandbox>")
+
   for line in reports.decode(errors="replace").splitlines():
     kind, _, detail = line.partition("\t")
-    violations.append(Violation(kind if kind in VIOLATIONS else "report_channel", detail))
-  stdout, stderr = (_read_capped(p, limits.max_output_bytes) for p in (stdout_path, stderr_path))
+    violations.append(Violation(kind if kind in VIOLATIONS else "report_channel", scrub(detail)))
+  stdout, stderr = (scrub(_read_capped(p, limits.max_output_bytes))
+                    for p in (stdout_path, stderr_path))
   code_ = process.returncode
   if code_ in (97, 98):
     violations.append(Violation("report_channel", "child closed or flooded its report channel"))
