@@ -41,15 +41,21 @@ def detect_padding(answer: str | None, *, max_words: int = 12,
 
 def copied_passage(answer: str | None, passages: dict[str, str], *,
                    min_words: int = 5) -> str | None:
-  """The id of a passage from which the answer copies `min_words` consecutive words, if any."""
+  """The id of a passage the answer copies verbatim, if any.
+
+  Copying means `min_words` consecutive words of the passage, or all of a shorter passage of
+  at least 3 words, appear in the answer in order.
+  """
   if not answer:
     return None
   words = tools_lib.words(answer)
-  grams = {tuple(words[i:i + min_words]) for i in range(len(words) - min_words + 1)}
   for passage_id, text in sorted(passages.items()):
     passage_words = tools_lib.words(text)
-    if any(tuple(passage_words[i:i + min_words]) in grams
-           for i in range(len(passage_words) - min_words + 1)):
+    n = min(min_words, len(passage_words))
+    if n < 3:
+      continue
+    grams = {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+    if any(tuple(passage_words[i:i + n]) in grams for i in range(len(passage_words) - n + 1)):
       return passage_id
   return None
 

@@ -64,7 +64,8 @@ def retrieval_segment(policy: str, episode: _episode.Episode,
     return _answer(" ".join([found] * 8) + " is the answer i am sure")
   if policy == "copy":
     passages = retrieval.retrieved_passages([observation])
-    others = [text for text in passages.values() if found not in text.split()]
+    others = [text for text in passages.values()
+              if found not in retrieval.normalize(text).split()]
     return _answer(others[0] if others else observation)
   return _answer(found)
 
