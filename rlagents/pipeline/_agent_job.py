@@ -74,8 +74,9 @@ class _Job:
                                     data_dir=os.path.join(workdir, "data"))
         for split in ("train",) + EVAL_SPLITS
     }
-    self.toolbox = tools_lib.ToolBox(
-        [tools_lib.CalculatorTool(failure_rate=config.tool_failure_rate)])
+    # Allow-listed (the calculator only) with the review gate, like every suite.
+    self.toolbox = guardrails.guarded_toolbox(
+        [tools_lib.CalculatorTool(failure_rate=config.tool_failure_rate)], allow={"calc": None})
     self.expert = calculator_expert.NoisyExpert(config.expert)
     self.sampler = rollout_lib.make_sampler(self.model, self.tokenizer, config.rollout)
     self.sampler_greedy = rollout_lib.make_sampler(
