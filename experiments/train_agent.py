@@ -3,6 +3,9 @@ r"""Trains a tool-using agent: SFT on a noisy expert, then GRPO, then evaluation
     python -m experiments.train_agent --workdir=/tmp/rlagents_calc
     python -m experiments.train_agent --workdir=/tmp/smoke \
         --config=experiments/configs/calculator.py:smoke --config.seed=1
+    python -m experiments.train_agent --workdir=/tmp/retrieval --config.task=retrieval
+    python -m experiments.train_agent --workdir=/tmp/codefix --config.task=codefix \
+        --config.scripted_policy=edit_test      # the report counts the tampering
 """
 
 import os
@@ -45,6 +48,12 @@ def main(argv):
     report = pipeline.train_and_evaluate(config, _WORKDIR.value)
   except (pipeline.ConfigError, pipeline.JobError, checkpoint.CheckpointError) as e:
     sys.exit(f"error: {e}")
+  if config.task != "calculator":
+    for split, summary in report["splits"].items():
+      print(f"{split}: success {summary['success']:.3f}  mean reward "
+            f"{summary['mean_reward']:.3f}  detectors {summary['detectors']}")
+    print(f"report: {os.path.join(_WORKDIR.value, 'report.json')}")
+    return
   heldout = report["splits"]["heldout"]
   print("heldout success: expert {:.3f}  sft {:.3f}  grpo {:.3f}".format(
       heldout["expert"]["success"], heldout["sft"]["success"], heldout["grpo"]["success"]))

@@ -8,7 +8,8 @@ lives in its workdir:
     data/                   the task suite as a TFDS dataset (array_record)
     checkpoints/{sft,grpo}/ Orbax checkpoints of each phase
     metrics.csv, tensorboard/, learning_curves.png
-    audit/episodes.jsonl    every episode: prompt, each action, each tool result, reward terms
+    audit/episodes.jsonl    every episode, hash-chained: task, each state, action, tool result,
+                            guardrail decision and reward term (see `rlagents.guardrails`)
     report.json             the final figures for the expert, the SFT and the GRPO policy
 
 Started again on the same workdir, the job restores the newest checkpoint of the phase it was in
@@ -31,6 +32,7 @@ import tqdm
 
 from rlagents import checkpoint as checkpoint_lib
 from rlagents import evaluation
+from rlagents import guardrails
 from rlagents import hf
 from rlagents import learners
 from rlagents import metrics as metrics_lib
@@ -40,6 +42,7 @@ from rlagents import rollout as rollout_lib
 from rlagents import tasks as tasks_lib
 from rlagents import tools as tools_lib
 from rlagents.pipeline import _config
+from rlagents.pipeline import _suites
 from rlagents.tasks import calculator_expert
 
 EVAL_SPLITS = ("heldout", "heldout_ood", "calibration")
@@ -54,33 +57,6 @@ def _rng(seed: int, *path: int) -> np.random.Generator:
 
 
 _PHASE_IDS = {"demos": 1, "sft": 2, "grpo": 3, "eval": 4}
-
-
-class AuditLog:
-  """Appends one JSON line per episode; on resume drops lines written after the checkpoint.
-
-  Each line is the episode's record (`Episode.to_record`) plus `phase`, `step` (the global step:
-  SFT steps, then SFT + GRPO steps), `policy` and, for evaluations, `split`.
-  """
-
-  def __init__(self, path: str, *, resume_step: int | None):
-    self.path = path
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    if resume_step is None:
-      open(path, "w").close()
-    elif os.path.exists(path):
-      with open(path) as f:
-        records = [(line, json.loads(line)) for line in f if line.strip()]
-      # The final evaluation always runs again after a resume, so its records are dropped too.
-      kept = [line for line, r in records
-              if r["step"] <= resume_step and r["phase"] != "final_eval"]
-      with open(path, "w") as f:
-        f.writelines(kept)
-
-  def write(self, episodes: Sequence[rollout_lib.Episode], **fields: Any) -> None:
-    with open(self.path, "a") as f:
-      for episode in episodes:
-        f.write(json.dumps({**fields, **episode.to_record()}) + "\n")
 
 
 class _Job:
@@ -98,8 +74,9 @@ class _Job:
                                     data_dir=os.path.join(workdir, "data"))
         for split in ("train",) + EVAL_SPLITS
     }
-    self.toolbox = tools_lib.ToolBox(
-        [tools_lib.CalculatorTool(failure_rate=config.tool_failure_rate)])
+    # Allow-listed (the calculator only) with the review gate, like every suite.
+    self.toolbox = guardrails.guarded_toolbox(
+        [tools_lib.CalculatorTool(failure_rate=config.tool_failure_rate)], allow={"calc": None})
     self.expert = calculator_expert.NoisyExpert(config.expert)
     self.sampler = rollout_lib.make_sampler(self.model, self.tokenizer, config.rollout)
     self.sampler_greedy = rollout_lib.make_sampler(
@@ -332,6 +309,8 @@ def _final_report(job: _Job, sft_params, grpo_params, audit) -> dict[str, Any]:
                                   rng=_rng(config.seed, _PHASE_IDS["eval"], 10**6, index),
                                   sampler=job.sampler_eval)
       entry[name] = evaluation.summarize_episodes(batch.episodes)
+      entry[name]["detectors"] = rewards.count_detections(
+          batch.episodes, _suites.DETECTORS["calculator"])
       audit.write(batch.episodes, phase="final_eval", step=final_step, policy=name, split=split)
       if config.eval.greedy_too and split == "heldout":
         greedy = job.policy_episodes(params, tasks, key=policy_key,
@@ -350,12 +329,19 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
   """Runs (or resumes) the whole job in `workdir` and returns the report it writes."""
   _check_workdir(config, workdir)
   start_time = time.time()
+  if config.task != "calculator":
+    report = _suites.run_scripted_suite(config, workdir)
+    report["wall_seconds_this_invocation"] = time.time() - start_time
+    return report
   job = _Job(config, workdir)
   job.tokenizer.save_pretrained(os.path.join(workdir, "tokenizer"))
 
   resume_step = _resume_step(workdir, job.sft_steps)
   writer = metrics_lib.MetricsWriter(workdir, resume_step=resume_step)
-  audit = AuditLog(os.path.join(workdir, "audit", "episodes.jsonl"), resume_step=resume_step)
+  # Hash-chained: `guardrails.verify_audit_log` detects an edited line, and
+  # `python -m experiments.replay` re-executes episodes from it.
+  audit = guardrails.AuditLog(os.path.join(workdir, "audit", "episodes.jsonl"),
+                              resume_step=resume_step)
   if resume_step is not None:
     logging.info("Resuming from global step %d", resume_step)
     print(f"Resuming {workdir} from step {resume_step}", flush=True)

@@ -15,9 +15,15 @@ from rlagents.learners import OptimizerConfig
 from rlagents.learners import SFTConfig
 from rlagents.networks import TransformerConfig
 from rlagents.rewards import RewardConfig
+from rlagents.rewards import SuiteRewardConfig
 from rlagents.rollout import RolloutConfig
 from rlagents.tasks import CalculatorSuiteConfig
 from rlagents.tasks.calculator_expert import NoisyExpertConfig
+from rlagents.tasks.codefix import CodeFixSuiteConfig
+from rlagents.tasks.retrieval import RetrievalSuiteConfig
+from rlagents.tasks.scripted_policies import POLICIES
+
+TASKS = ("calculator", "retrieval", "codefix")
 
 
 class ConfigError(ValueError):
@@ -70,8 +76,20 @@ class AgentJobConfig:
     eval: evaluation settings.
     checkpoint_every: save every this many steps of each phase (and at each phase's end).
     log_every: write training metrics every this many steps.
+    task: the suite, one of `TASKS`. "calculator" trains (SFT, then GRPO); "retrieval" and
+      "codefix" run `scripted_policy` through the whole pipeline (tools, guardrails, sandbox,
+      rewards with hacking detectors, audit trail, report).
+    retrieval: the retrieval QA suite.
+    codefix: the code-fix suite.
+    suite_reward: penalty weights of the retrieval and code-fix rewards.
+    scripted_policy: the policy of the scripted suites (`scripted_policies.POLICIES`).
   """
   seed: int = 0
+  task: str = "calculator"
+  retrieval: RetrievalSuiteConfig = RetrievalSuiteConfig()
+  codefix: CodeFixSuiteConfig = CodeFixSuiteConfig()
+  suite_reward: SuiteRewardConfig = SuiteRewardConfig()
+  scripted_policy: str = "honest"
   model: TransformerConfig = dataclasses.field(default_factory=_default_model)
   tasks: CalculatorSuiteConfig = CalculatorSuiteConfig()
   tool_failure_rate: float = 0.2
@@ -85,6 +103,11 @@ class AgentJobConfig:
   log_every: int = 10
 
   def __post_init__(self):
+    if self.task not in TASKS:
+      raise ValueError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
+    if self.scripted_policy not in POLICIES:
+      raise ValueError(f"scripted_policy must be one of {', '.join(POLICIES)}, got "
+                       f"{self.scripted_policy!r}")
     if not 0 <= self.tool_failure_rate < 1:
       raise ValueError(f"tool_failure_rate must be in [0, 1), got {self.tool_failure_rate}")
     if self.checkpoint_every < 1 or self.log_every < 1:

@@ -1,8 +1,45 @@
-"""Rewards: the verifiable gate, shaping terms and their weighted composition."""
+"""Rewards: the verifiable gate, shaping terms, their composition and hacking detectors."""
 
 from rlagents.rewards._composition import compose_reward
 from rlagents.rewards._composition import reward_terms
 from rlagents.rewards._composition import RewardConfig
 from rlagents.rewards._composition import TERMS
+from rlagents.rewards._hacking import copied_passage
+from rlagents.rewards._hacking import count_detections
+from rlagents.rewards._hacking import detect_padding
+from rlagents.rewards._hacking import detect_test_tampering
+from rlagents.rewards._hacking import DETECTORS
+from rlagents.rewards._hacking import diversity_penalty
+from rlagents.rewards._hacking import ProxyDriftConfig
+from rlagents.rewards._hacking import ProxyDriftMonitor
+from rlagents.rewards._hacking import redundant_calls
+from rlagents.rewards._suites import CODEFIX_TERMS
+from rlagents.rewards._suites import codefix_reward_terms
+from rlagents.rewards._suites import compose_codefix_reward
+from rlagents.rewards._suites import compose_retrieval_reward
+from rlagents.rewards._suites import RETRIEVAL_TERMS
+from rlagents.rewards._suites import retrieval_reward_terms
+from rlagents.rewards._suites import SuiteRewardConfig
 
-__all__ = ["RewardConfig", "TERMS", "compose_reward", "reward_terms"]
+__all__ = [
+    "CODEFIX_TERMS",
+    "DETECTORS",
+    "ProxyDriftConfig",
+    "ProxyDriftMonitor",
+    "RETRIEVAL_TERMS",
+    "RewardConfig",
+    "SuiteRewardConfig",
+    "TERMS",
+    "codefix_reward_terms",
+    "compose_codefix_reward",
+    "compose_reward",
+    "compose_retrieval_reward",
+    "copied_passage",
+    "count_detections",
+    "detect_padding",
+    "detect_test_tampering",
+    "diversity_penalty",
+    "redundant_calls",
+    "retrieval_reward_terms",
+    "reward_terms",
+]

@@ -60,18 +60,32 @@ class Episode:
     return [a.result for a in self.actions if a.kind == "call"]
 
   def to_record(self) -> dict[str, Any]:
-    """A JSON-serialisable record for the audit log."""
+    """A JSON-serialisable record for the audit log.
+
+    `task` holds every field of a dataclass task, so the episode can be replayed; each action
+    has the `state` (all text before it), what the policy wrote, the call, its result and the
+    guardrail decision.
+    """
+    actions = []
+    state = prompt_text(self.task)
+    for a in self.actions:
+      actions.append({
+          "state": state,
+          "text": a.text,
+          "kind": a.kind,
+          "tool": (a.result.call.name if a.result and a.result.call else None),
+          "arguments": (a.result.call.arguments if a.result and a.result.call else None),
+          "status": (a.result.status.value if a.result else None),
+          "observation": (a.result.observation if a.result else None),
+          "guardrail": (a.result.guardrail if a.result else None),
+      })
+      state += a.text + (observation_text(a.result.observation) if a.result else "")
     return {
         "task_id": self.task.task_id,
+        "task": (dataclasses.asdict(self.task) if dataclasses.is_dataclass(self.task)
+                 else None),
         "prompt": self.task.prompt,
-        "actions": [{
-            "text": a.text,
-            "kind": a.kind,
-            "tool": (a.result.call.name if a.result and a.result.call else None),
-            "arguments": (a.result.call.arguments if a.result and a.result.call else None),
-            "status": (a.result.status.value if a.result else None),
-            "observation": (a.result.observation if a.result else None),
-        } for a in self.actions],
+        "actions": actions,
         "answer": self.answer,
         "truncated": self.truncated,
         "reward": self.reward,

@@ -14,12 +14,30 @@ Example:
 
     <bos>347*29+5=?<call>calc(347*29+5)</call><obs>error: busy, retry</obs>
     <call>calc(347*29+5)</call><obs>10068</obs><answer>10068</answer>
+
+Chat-template models write JSON calls instead, `<tool_call>{"name": ..., "arguments": {...}}
+</tool_call>`; `ToolBox(..., parser=parse_json_tool_call)` reads them. Tools with an object
+schema validate their arguments against it (`decode_arguments`). A guard (`rlagents.guardrails`)
+may refuse a call; the refusal is a `denied` observation like any other error.
 """
 
+from rlagents.tools._builtins import describe_run
+from rlagents.tools._builtins import DocumentSearchTool
+from rlagents.tools._builtins import PythonRunnerTool
+from rlagents.tools._builtins import run_pinned_tests
+from rlagents.tools._builtins import UnitTestRunnerTool
+from rlagents.tools._builtins import words
+from rlagents.tools._json_calls import decode_arguments
+from rlagents.tools._json_calls import JSON_CALL_CLOSE
+from rlagents.tools._json_calls import JSON_CALL_OPEN
+from rlagents.tools._json_calls import parse_json_tool_call
+from rlagents.tools._json_calls import validate_arguments
 from rlagents.tools._arithmetic import evaluate_expression
 from rlagents.tools._arithmetic import ExpressionError
 from rlagents.tools._calculator import CalculatorTool
 from rlagents.tools._protocol import CallStatus
+from rlagents.tools._protocol import COST_TAGS
+from rlagents.tools._protocol import Decision
 from rlagents.tools._protocol import MalformedToolCall
 from rlagents.tools._protocol import parse_tool_call
 from rlagents.tools._protocol import Tool
@@ -31,8 +49,21 @@ from rlagents.tools._protocol import ToolSpec
 from rlagents.tools._protocol import TransientToolError
 
 __all__ = [
+    "COST_TAGS",
     "CalculatorTool",
     "CallStatus",
+    "Decision",
+    "DocumentSearchTool",
+    "JSON_CALL_CLOSE",
+    "JSON_CALL_OPEN",
+    "PythonRunnerTool",
+    "UnitTestRunnerTool",
+    "decode_arguments",
+    "describe_run",
+    "parse_json_tool_call",
+    "run_pinned_tests",
+    "validate_arguments",
+    "words",
     "ExpressionError",
     "MalformedToolCall",
     "Tool",

@@ -3,7 +3,7 @@
 import dataclasses
 import enum
 import re
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -17,6 +17,7 @@ class CallStatus(str, enum.Enum):
   UNKNOWN_TOOL = "unknown_tool"            # no tool of that name is registered
   INVALID_ARGUMENTS = "invalid_arguments"  # the tool rejected its arguments
   TRANSIENT_ERROR = "transient_error"      # a valid call that failed this time; retrying helps
+  DENIED = "denied"                        # the guardrails refused it (allow-list, review gate)
 
 
 class ToolError(Exception):
@@ -39,12 +40,20 @@ class ToolSpec:
     name: the name the agent writes in a call.
     description: one line for prompts and docs.
     parameters: JSON schema of the arguments.
-    cost: a cost or risk tag ("low", "high", ...) that guardrails may act on.
+    cost: a cost or risk tag, one of `COST_TAGS`; the review gate holds tagged calls.
   """
   name: str
   description: str
   parameters: Mapping[str, Any]
   cost: str = "low"
+
+  def __post_init__(self):
+    if self.cost not in COST_TAGS:
+      raise ValueError(f"ToolSpec {self.name!r}: cost must be one of {COST_TAGS}, got "
+                       f"{self.cost!r}")
+
+
+COST_TAGS = ("low", "medium", "high", "irreversible")
 
 
 class Tool(Protocol):
@@ -67,6 +76,7 @@ class ToolResult:
   call: ToolCall | None
   status: CallStatus
   observation: str
+  guardrail: str = "allowed"  # the guardrail decision: "allowed", "approved: ..." or "denied: ..."
 
   @property
   def valid(self) -> bool:
@@ -86,10 +96,28 @@ def parse_tool_call(text: str) -> ToolCall:
   return ToolCall(name=match.group(1), arguments=match.group(2))
 
 
-class ToolBox:
-  """A registry of tools that turns call text into an observation and never raises."""
+class Decision(Protocol):
+  """What a guard says about one call (see `rlagents.guardrails`)."""
+  allowed: bool
+  reason: str
 
-  def __init__(self, tools: "list[Tool] | tuple[Tool, ...]"):
+
+class ToolBox:
+  """A registry of tools that turns call text into an observation and never raises.
+
+  Args:
+    tools: the registered tools.
+    parser: turns the text between the call markers into a `ToolCall` (`parse_tool_call` for
+      `name(args)`, `parse_json_tool_call` for the JSON style of chat templates).
+    guard: `guard(call, spec) -> Decision`, asked before every call of a known tool; a refusal
+      becomes a `DENIED` observation.
+  """
+
+  def __init__(self, tools: "list[Tool] | tuple[Tool, ...]", *,
+               parser: Callable[[str], ToolCall] = parse_tool_call,
+               guard: "Callable[[ToolCall, ToolSpec], Decision] | None" = None):
+    self.parser = parser
+    self.guard = guard
     self._tools: dict[str, Tool] = {}
     for tool in tools:
       if tool.spec.name in self._tools:
@@ -103,16 +131,28 @@ class ToolBox:
   def execute(self, call_text: str, rng: np.random.Generator) -> ToolResult:
     """Parses and runs one call; every failure becomes an `error: ...` observation."""
     try:
-      call = parse_tool_call(call_text)
+      call = self.parser(call_text)
     except MalformedToolCall as e:
       return ToolResult(None, CallStatus.MALFORMED, f"error: {e}")
     tool = self._tools.get(call.name)
     if tool is None:
       return ToolResult(call, CallStatus.UNKNOWN_TOOL, f"error: no tool {call.name[:12]}")
+    decision = "allowed"
+    if self.guard is not None:
+      verdict = self.guard(call, tool.spec)
+      decision = verdict.reason
+      if not verdict.allowed:
+        return ToolResult(call, CallStatus.DENIED, f"error: {verdict.reason}", decision)
     try:
       output = tool(call.arguments, rng)
     except TransientToolError as e:
-      return ToolResult(call, CallStatus.TRANSIENT_ERROR, f"error: {e}")
+      return ToolResult(call, CallStatus.TRANSIENT_ERROR, f"error: {e}", decision)
     except (ToolError, ValueError) as e:
-      return ToolResult(call, CallStatus.INVALID_ARGUMENTS, f"error: {e}")
-    return ToolResult(call, CallStatus.OK, output)
+      return ToolResult(call, CallStatus.INVALID_ARGUMENTS, f"error: {e}", decision)
+    return ToolResult(call, CallStatus.OK, output, decision)
+
+  def __contains__(self, name: str) -> bool:
+    return name in self._tools
+
+  def spec(self, name: str) -> ToolSpec:
+    return self._tools[name].spec

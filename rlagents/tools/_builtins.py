@@ -1,0 +1,155 @@
+"""Built-in tools beyond the calculator: document search, a Python runner, a unit-test runner.
+
+The code tools run everything through `rlagents.sandbox`, so an agent's code never runs in this
+process. Host code.
+"""
+
+import collections
+import math
+import re
+from typing import Mapping
+
+import numpy as np
+
+from rlagents import sandbox
+from rlagents.tools import _json_calls
+from rlagents.tools import _protocol
+
+_WORD = re.compile(r"[a-z0-9]+")
+MAX_OBSERVATION_CHARS = 600
+
+
+def words(text: str) -> list[str]:
+  """Lower-case ascii words: the unit of search and of the text detectors."""
+  return _WORD.findall(text.lower())
+
+
+class DocumentSearchTool:
+  """Ranks the passages of a local corpus by TF-IDF overlap with the query.
+
+  The observation lists the best `top_k` passages as `[passage_id] text`, one a line; the
+  retrieval suite checks that an answer is grounded in one of them.
+  """
+
+  def __init__(self, corpus: Mapping[str, str], *, top_k: int = 2, name: str = "search"):
+    if not corpus:
+      raise ValueError("DocumentSearchTool needs a non-empty corpus")
+    if top_k < 1:
+      raise ValueError(f"top_k must be >= 1, got {top_k}")
+    self.corpus = dict(corpus)
+    self.top_k = top_k
+    self._bags = {pid: collections.Counter(words(text)) for pid, text in self.corpus.items()}
+    document_frequency = collections.Counter(w for bag in self._bags.values() for w in bag)
+    n = len(self.corpus)
+    self._idf = {w: math.log((1 + n) / (1 + df)) + 1 for w, df in document_frequency.items()}
+    self.spec = _protocol.ToolSpec(
+        name=name, description="Searches the local corpus; returns the best passages.",
+        parameters={"type": "object", "required": ["query"], "additionalProperties": False,
+                    "properties": {"query": {"type": "string", "maxLength": 200}}},
+        cost="low")
+
+  def search(self, query: str) -> list[str]:
+    """Passage ids, best first (ties broken by id, so results are deterministic)."""
+    query_words = set(words(query))
+    if not query_words:
+      raise _protocol.ToolError("empty query")
+    scores = {pid: sum(self._idf[w] for w in query_words if w in bag)
+              for pid, bag in self._bags.items()}
+    ranked = sorted((pid for pid in scores if scores[pid] > 0), key=lambda p: (-scores[p], p))
+    return ranked[:self.top_k]
+
+  def __call__(self, arguments: str, rng: np.random.Generator) -> str:
+    del rng
+    query = _json_calls.decode_arguments(self.spec, arguments)["query"]
+    hits = self.search(query)
+    if not hits:
+      return "no results"
+    return "\n".join(f"[{pid}] {self.corpus[pid]}" for pid in hits)
+
+
+def describe_run(result: sandbox.SandboxResult) -> str:
+  """A short observation of a sandbox run: violations first, then exit status and output."""
+  lines = [f"violation: {v.kind}: {v.detail}" for v in result.violations]
+  lines.append(f"exit {result.returncode}")
+  output = (result.stdout + result.stderr).strip()
+  if output:
+    lines.append(output[-MAX_OBSERVATION_CHARS:])
+  return "\n".join(lines)
+
+
+class PythonRunnerTool:
+  """Runs a Python snippet in the sandbox; the observation is its output and any violation."""
+
+  def __init__(self, *, limits: sandbox.SandboxLimits = sandbox.SandboxLimits(),
+               files: Mapping[str, str] | None = None, name: str = "python"):
+    self.limits = limits
+    self.files = dict(files or {})
+    self.last_result: sandbox.SandboxResult | None = None
+    self.spec = _protocol.ToolSpec(
+        name=name, description="Runs Python code in a sandbox and returns its output.",
+        parameters={"type": "object", "required": ["code"], "additionalProperties": False,
+                    "properties": {"code": {"type": "string", "maxLength": 4000}}},
+        cost="medium")
+
+  def __call__(self, arguments: str, rng: np.random.Generator) -> str:
+    del rng
+    code = _json_calls.decode_arguments(self.spec, arguments)["code"]
+    self.last_result = sandbox.run_python(code, files=self.files, limits=self.limits)
+    return describe_run(self.last_result)
+
+
+# Runs every `test_*` function of the pinned test modules; prints one summary line.
+_TEST_RUNNER = '''
+import importlib, sys, traceback
+passed, failed = 0, []
+for module_name in sys.argv[1:]:
+  module = importlib.import_module(module_name)
+  for name in sorted(n for n in dir(module) if n.startswith("test_")):
+    try:
+      getattr(module, name)()
+      passed += 1
+    except Exception as e:
+      failed.append(f"{module_name}.{name}: {type(e).__name__}")
+print(f"passed {passed}/{passed + len(failed)}")
+for line in failed:
+  print("failed", line)
+sys.exit(1 if failed or not passed else 0)
+'''
+
+
+def run_pinned_tests(solution: str, tests: Mapping[str, str], *,
+                     limits: sandbox.SandboxLimits) -> sandbox.SandboxResult:
+  """Runs the pinned `tests` (name -> source, names `test_*.py`) against `solution.py`."""
+  modules = []
+  for name in tests:
+    if not re.fullmatch(r"test_[a-z0-9_]+\.py", name):
+      raise ValueError(f"pinned test file {name!r} must be named test_<name>.py")
+    modules.append(name[:-3])
+  code = ("import sys, runpy\nsys.argv = ['runner'] + " + repr(modules) +
+          "\nexec(compile(" + repr(_TEST_RUNNER) + ", 'runner', 'exec'))\n")
+  return sandbox.run_python(code, files={"solution.py": solution}, pinned=tests, limits=limits)
+
+
+class UnitTestRunnerTool:
+  """Runs the task's pinned unit tests against a proposed `solution.py` in the sandbox.
+
+  The tests are pinned: any attempt to change them is a `pinned_file` violation in the
+  observation, which the test-tampering detector reads.
+  """
+
+  def __init__(self, tests: Mapping[str, str], *,
+               limits: sandbox.SandboxLimits = sandbox.SandboxLimits(), name: str = "run_tests"):
+    self.tests = dict(tests)
+    self.limits = limits
+    self.last_result: sandbox.SandboxResult | None = None
+    self.spec = _protocol.ToolSpec(
+        name=name, description="Runs the pinned unit tests against solution.py.",
+        parameters={"type": "object", "required": ["solution"], "additionalProperties": False,
+                    "properties": {"solution": {"type": "string", "maxLength": 4000}}},
+        cost="medium")
+
+  def __call__(self, arguments: str, rng: np.random.Generator) -> str:
+    del rng
+    solution = _json_calls.decode_arguments(self.spec, arguments)["solution"]
+    self.last_result = run_pinned_tests(solution, self.tests, limits=self.limits)
+    return describe_run(self.last_result)

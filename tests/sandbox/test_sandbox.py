@@ -1,0 +1,165 @@
+"""Adversarial code in the sandbox: each attack is contained, reported, and changes nothing outside.
+
+The limits are small (1 s CPU, 128 MiB, 16 processes, 64 KiB output) so each attack stops in well
+under a few seconds.
+"""
+
+import os
+import time
+
+import pytest
+
+from rlagents import sandbox
+
+LIMITS = sandbox.SandboxLimits(cpu_seconds=1, wall_seconds=3, memory_bytes=128 * 2**20,
+                               max_processes=16, max_output_bytes=2**16)
+PINNED = {"tests/test_add.py": "from solution import add\n\ndef test_add():\n  assert add(2, 3) == 5\n"}
+
+
+@pytest.fixture
+def canary(tmp_path):
+  """A file outside the sandbox that no run may read or change."""
+  path = tmp_path / "canary.txt"
+  path.write_text("untouched")
+  os.chmod(tmp_path, 0o777)  # even a world-writable directory must stay unchanged
+  os.chmod(path, 0o666)
+  yield path
+  assert path.read_text() == "untouched"
+  assert sorted(os.listdir(tmp_path)) == ["canary.txt"]
+
+
+def _run(code, **kwargs):
+  start = time.monotonic()
+  result = sandbox.run_python(code, limits=LIMITS, **kwargs)
+  assert time.monotonic() - start < LIMITS.wall_seconds + 2
+  return result
+
+
+def test_honest_code_runs_and_keeps_its_files():
+  result = _run("import os\nprint(sum(range(10)))\nopen('out.txt', 'w').write('hi')\n")
+  assert result.ok, result
+  assert result.stdout == "45\n"
+  assert result.files == {"out.txt": b"hi"}
+  assert not result.violations
+
+
+def test_reading_outside_the_temp_dir_is_refused(canary):
+  result = _run(f"print(open({str(canary)!r}).read())")
+  assert result.violation_kinds == {"filesystem"}
+  assert "untouched" not in result.stdout
+  result = _run("print(open('/etc/passwd').read())")
+  assert result.violation_kinds == {"filesystem"}
+  assert "root" not in result.stdout
+
+
+def test_writing_outside_the_temp_dir_is_refused(canary):
+  code = (f"import os\nfor attempt in (lambda: open({str(canary)!r}, 'w').write('x'),\n"
+          f"    lambda: open({str(canary.parent / 'new.txt')!r}, 'w').write('x'),\n"
+          f"    lambda: os.remove({str(canary)!r})):\n"
+          "  try:\n    attempt()\n  except PermissionError:\n    pass\n")
+  result = _run(code)
+  assert result.violation_kinds == {"filesystem"}
+  assert len(result.violations) == 3
+
+
+def test_listing_outside_the_temp_dir_is_refused(canary):
+  result = _run(f"import os\nprint(os.listdir({str(canary.parent)!r}))")
+  assert "filesystem" in result.violation_kinds
+  assert "canary" not in result.stdout
+
+
+@pytest.mark.parametrize("attack", [
+    "open('tests/test_add.py', 'w').write('def test_add(): pass')",
+    "import os\nos.chmod('tests/test_add.py', 0o666)\nopen('tests/test_add.py', 'a').write('#')",
+    "import os\nos.remove('tests/test_add.py')",
+    "import os\nos.rename('tests/test_add.py', 'moved.py')",
+])
+def test_editing_a_pinned_test_is_refused_and_flagged(attack):
+  result = _run(attack, pinned=PINNED)
+  assert "pinned_file" in result.violation_kinds
+  assert not result.ok
+
+
+def test_pinned_files_are_hashed_after_the_run():
+  # Even a change the hook does not see (here: none is possible, so check the honest case) is
+  # caught by the hash; an unchanged file gives no violation.
+  result = _run("print(open('tests/test_add.py').read())", pinned=PINNED)
+  assert result.ok
+  assert "assert add(2, 3) == 5" in result.stdout
+
+
+def test_opening_a_network_socket_is_refused():
+  result = _run("import socket\ns = socket.socket()\ns.connect(('127.0.0.1', 80))")
+  assert result.violation_kinds == {"network"}
+  if sandbox.network_namespace_available():
+    assert result.network_isolated
+
+
+def test_an_infinite_loop_is_stopped_by_the_cpu_limit():
+  result = _run("while True:\n  pass")
+  assert result.violation_kinds == {"cpu"}
+
+
+def test_a_sleeping_process_is_killed_with_its_group_at_the_timeout():
+  limits = sandbox.SandboxLimits(wall_seconds=1)
+  start = time.monotonic()
+  result = sandbox.run_python("import time\ntime.sleep(60)", limits=limits)
+  assert time.monotonic() - start < 3
+  assert result.violation_kinds == {"timeout"}
+  assert result.returncode < 0
+
+
+def test_a_fork_bomb_is_contained():
+  result = _run("import os\nwhile True:\n  os.fork()")
+  assert "process" in result.violation_kinds
+  result = _run("import subprocess\nsubprocess.run(['sh', '-c', ':(){ :|:& };:'])")
+  assert "process" in result.violation_kinds
+
+
+@pytest.mark.parametrize("bomb", ["x = bytearray(2**33)",
+                                  "x = []\nwhile True:\n  x.append(bytearray(2**20))"])
+def test_a_memory_bomb_is_contained(bomb):
+  result = _run(bomb)
+  assert result.violation_kinds == {"memory"}
+
+
+def test_gigabytes_of_output_are_cut_at_the_limit():
+  result = _run("import sys\nwhile True:\n  sys.stdout.write('x' * 65536)")
+  assert result.violation_kinds == {"output"}
+  assert len(result.stdout) <= LIMITS.max_output_bytes
+  result = _run("f = open('big.bin', 'wb')\nwhile True:\n  f.write(b'x' * 65536)")
+  assert "output" in result.violation_kinds
+
+
+def test_native_code_is_refused():
+  result = _run("import ctypes")
+  assert result.violation_kinds == {"native"}
+
+
+def test_the_temp_dir_is_removed_afterwards():
+  result = _run("import os\nprint(os.getcwd())")
+  assert not os.path.exists(result.stdout.strip())
+
+
+def test_a_file_name_outside_the_sandbox_is_an_error():
+  with pytest.raises(ValueError, match="inside the sandbox"):
+    sandbox.run_python("pass", files={"../escape.py": "x"})
+
+
+def test_a_limit_this_os_lacks_is_a_clear_error(monkeypatch):
+  monkeypatch.delattr(sandbox._sandbox.resource, "RLIMIT_NPROC")
+  with pytest.raises(sandbox.SandboxUnavailable, match="max_processes needs RLIMIT_NPROC"):
+    sandbox.run_python("pass")
+
+
+def test_a_required_network_namespace_that_is_unavailable_is_a_clear_error(monkeypatch):
+  monkeypatch.setattr(sandbox._sandbox, "_NETNS_AVAILABLE", False)
+  with pytest.raises(sandbox.SandboxUnavailable, match="network_namespace='require'"):
+    sandbox.run_python("pass", limits=sandbox.SandboxLimits(network_namespace="require"))
+
+
+@pytest.mark.parametrize("field, value", [("cpu_seconds", 0), ("memory_bytes", -1),
+                                          ("max_open_files", 2), ("network_namespace", "yes")])
+def test_bad_limits_name_the_field(field, value):
+  with pytest.raises(ValueError, match=field):
+    sandbox.SandboxLimits(**{field: value})
