@@ -2,6 +2,7 @@
 
 from rlagents.networks.transformer import init_cache
 from rlagents.networks.transformer import KVCache
+from rlagents.networks.transformer import RopeScaling
 from rlagents.networks.transformer import token_logprobs
 from rlagents.networks.transformer import Transformer
 from rlagents.networks.transformer import TransformerConfig
@@ -9,6 +10,7 @@ from rlagents.networks.transformer import TransformerConfig
 __all__ = [
     "init_cache",
     "KVCache",
+    "RopeScaling",
     "token_logprobs",
     "Transformer",
     "TransformerConfig",

@@ -12,6 +12,7 @@ Shapes: `B` batch, `T` tokens in this call, `S` cache slots, `D` model width, `V
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import flax.linen as nn
 import flax.struct
@@ -20,6 +21,36 @@ import jax.numpy as jnp
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 _INIT_STDDEV = 0.02  # Llama's `initializer_range`.
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RopeScaling:
+  """Llama 3 frequency-dependent RoPE scaling (`rope_type: 'llama3'` in Hugging Face configs).
+
+  Frequencies whose wavelength is shorter than `original_max_len / high_freq_factor` are kept,
+  those longer than `original_max_len / low_freq_factor` are divided by `factor`, and the ones in
+  between are interpolated linearly in `original_max_len / wavelength`.
+
+  Attributes:
+    factor: how much the low frequencies are slowed down (> 0).
+    low_freq_factor: bound of the slowed-down band, in units of `original_max_len` (> 0).
+    high_freq_factor: bound of the kept band (> low_freq_factor).
+    original_max_len: the context length the model was pretrained with
+      (`original_max_position_embeddings`).
+  """
+
+  factor: float
+  low_freq_factor: float = 1.0
+  high_freq_factor: float = 4.0
+  original_max_len: int = 8192
+
+  def __post_init__(self):
+    for name in ("factor", "low_freq_factor", "original_max_len"):
+      if not getattr(self, name) > 0:
+        raise ValueError(f"RopeScaling.{name} must be positive, got {getattr(self, name)!r}.")
+    if not self.high_freq_factor > self.low_freq_factor:
+      raise ValueError(f"RopeScaling.high_freq_factor ({self.high_freq_factor}) must exceed "
+                       f"low_freq_factor ({self.low_freq_factor}).")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -37,6 +68,8 @@ class TransformerConfig:
     max_len: the longest sequence (prompt plus generation) the model is used with; the default
       cache length of `init_cache` and a bound that the sampler checks. RoPE itself has no limit.
     rope_theta: base of the RoPE frequencies.
+    rope_scaling: None for plain RoPE ('default' in Hugging Face configs), or the Llama 3
+      frequency scaling.
     rms_norm_eps: epsilon added to the mean square in every RMSNorm.
     tie_embeddings: if True the LM head is the transposed token embedding, else its own matrix.
     attention_bias: if True the q, k and v projections have biases (Qwen2); o_proj never has one.
@@ -53,6 +86,7 @@ class TransformerConfig:
   d_ff: int = 384
   max_len: int = 256
   rope_theta: float = 10000.0
+  rope_scaling: RopeScaling | None = None
   rms_norm_eps: float = 1e-6
   tie_embeddings: bool = True
   attention_bias: bool = False
@@ -67,6 +101,9 @@ class TransformerConfig:
     for name in ("rope_theta", "rms_norm_eps"):
       if not getattr(self, name) > 0:
         raise ValueError(f"TransformerConfig.{name} must be positive, got {getattr(self, name)!r}.")
+    if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
+      raise ValueError("TransformerConfig.rope_scaling must be None or a RopeScaling, got "
+                       f"{self.rope_scaling!r}.")
     if self.d_model % self.n_heads:
       raise ValueError(f"TransformerConfig.d_model ({self.d_model}) must be divisible by "
                        f"n_heads ({self.n_heads}).")
@@ -166,10 +203,27 @@ class RMSNorm(nn.Module):
     return scale.astype(self.dtype) * x.astype(self.dtype)
 
 
-def _rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
-  """Rotates `x` `[B, T, heads, Dh]` by its `positions` `[B, T]` (rotate-half convention)."""
-  half = x.shape[-1] // 2
+def _rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling | None) -> jax.Array:
+  """The `[head_dim / 2]` float32 RoPE frequencies (radians per position), scaled if asked."""
+  half = head_dim // 2
   inv_freq = 1.0 / theta ** (jnp.arange(half, dtype=jnp.float32) / half)
+  if scaling is None:
+    return inv_freq
+  wavelength = 2 * math.pi / inv_freq
+  slowed = inv_freq / scaling.factor
+  # 0 at the slowed-down edge of the band, 1 at the kept edge.
+  blend = ((scaling.original_max_len / wavelength - scaling.low_freq_factor)
+           / (scaling.high_freq_factor - scaling.low_freq_factor))
+  interpolated = (1 - blend) * slowed + blend * inv_freq
+  kept = wavelength < scaling.original_max_len / scaling.high_freq_factor
+  slow = wavelength > scaling.original_max_len / scaling.low_freq_factor
+  return jnp.where(kept, inv_freq, jnp.where(slow, slowed, interpolated))
+
+
+def _rope(x: jax.Array, positions: jax.Array, theta: float,
+          scaling: RopeScaling | None = None) -> jax.Array:
+  """Rotates `x` `[B, T, heads, Dh]` by its `positions` `[B, T]` (rotate-half convention)."""
+  inv_freq = _rope_inv_freq(x.shape[-1], theta, scaling)
   angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, Dh/2]
   cos = jnp.cos(angles)[:, :, None, :]
   sin = jnp.sin(angles)[:, :, None, :]
@@ -261,8 +315,10 @@ class Attention(nn.Module):
     q = dense(cfg.n_heads * cfg.head_dim, cfg.attention_bias, "q_proj")(x)
     k = dense(cfg.n_kv_heads * cfg.head_dim, cfg.attention_bias, "k_proj")(x)
     v = dense(cfg.n_kv_heads * cfg.head_dim, cfg.attention_bias, "v_proj")(x)
-    q = _rope(q.reshape(batch, length, cfg.n_heads, cfg.head_dim), positions, cfg.rope_theta)
-    k = _rope(k.reshape(batch, length, cfg.n_kv_heads, cfg.head_dim), positions, cfg.rope_theta)
+    q = _rope(q.reshape(batch, length, cfg.n_heads, cfg.head_dim), positions, cfg.rope_theta,
+              cfg.rope_scaling)
+    k = _rope(k.reshape(batch, length, cfg.n_kv_heads, cfg.head_dim), positions, cfg.rope_theta,
+              cfg.rope_scaling)
     # Keys and values heads-first, the layout of the cache and of the attention matmuls.
     k = k.transpose(0, 2, 1, 3)
     v = v.reshape(batch, length, cfg.n_kv_heads, cfg.head_dim).transpose(0, 2, 1, 3)

@@ -1,0 +1,159 @@
+"""Generated tokens/s: rlagents `generate_segment` against transformers `generate` (PyTorch CPU).
+
+Run: `python benchmarks/generation.py --shape=tiny --json=/tmp/generation.json`
+(flags: --shape tiny|larger, --batches 1,8,64, --repeats 3, --threads 2).
+
+Both sides run the same random Qwen2-style model: it is built in transformers, saved, and loaded
+into rlagents with `rlagents.hf.load_pretrained`. The work is the BENCH.md setting: prompts of 32
+random tokens, exactly 64 new tokens per row (no stop token here; EOS disabled there, and
+`min_new_tokens` forces the length), sampling at temperature 1 with top-k and top-p off on both
+sides. The sides run one after the other; PyTorch gets `--threads` threads. rlagents' first call
+per batch size (the compile) is timed separately; each side gets one warm-up call, then
+`--repeats` timed calls; the median, min and max are reported, and ratio = ours / transformers in
+tokens/s (above 1: rlagents is faster).
+"""
+
+import json
+import platform
+import statistics
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+import transformers
+
+from rlagents import hf
+from rlagents import networks
+from rlagents import sampling
+
+_SHAPE = flags.DEFINE_enum("shape", "tiny", ["tiny", "larger"], "Model shape from BENCH.md.")
+_BATCHES = flags.DEFINE_list("batches", ["1", "8", "64"], "Batch sizes.")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed calls per side and batch.")
+_THREADS = flags.DEFINE_integer("threads", 2, "PyTorch intra-op threads.")
+_JSON = flags.DEFINE_string("json", None, "Also write the figures to this JSON file.")
+
+SHAPES = {
+    "tiny": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                 num_key_value_heads=2, intermediate_size=768, vocab_size=512),
+    "larger": dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
+                   num_key_value_heads=4, intermediate_size=1536, vocab_size=8192),
+}
+PROMPT_LEN = 32
+NEW_TOKENS = 64
+
+
+def _cpu_model() -> str:
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor()
+
+
+def _summary(seconds: list[float], tokens: int) -> dict:
+  rates = [tokens / s for s in seconds]
+  return {"tokens_per_s_median": statistics.median(rates), "tokens_per_s_min": min(rates),
+          "tokens_per_s_max": max(rates), "seconds": seconds}
+
+
+def _time_ours(loaded, batch: int, repeats: int) -> tuple[float, list[float]]:
+  model = networks.Transformer(loaded.config)
+  buffer_len = PROMPT_LEN + NEW_TOKENS
+  rng = np.random.default_rng(batch)
+
+  def call(seed):
+    tokens = np.zeros((batch, buffer_len), np.int32)
+    tokens[:, :PROMPT_LEN] = rng.integers(0, loaded.config.vocab_size, (batch, PROMPT_LEN))
+    tokens = jnp.asarray(tokens)
+    jax.block_until_ready(tokens)
+    start = time.perf_counter()
+    out = sampling.generate_segment(
+        loaded.params, tokens, jnp.full((batch,), PROMPT_LEN), jnp.ones((batch,), bool),
+        jax.random.key(seed), model=model, max_new_tokens=NEW_TOKENS, stop_tokens=(),
+        temperature=1.0)
+    jax.block_until_ready(out)
+    seconds = time.perf_counter() - start
+    assert int(out.generated_mask.sum()) == batch * NEW_TOKENS
+    return seconds
+
+  first = call(0)
+  call(1)  # warm-up
+  timed = [call(seed + 2) for seed in range(repeats)]
+  return first - statistics.median(timed), timed
+
+
+def _time_transformers(torch_model, batch: int, repeats: int, vocab_size: int) -> list[float]:
+  rng = np.random.default_rng(batch)
+
+  def call(seed):
+    torch.manual_seed(seed)
+    prompt = torch.tensor(rng.integers(0, vocab_size, (batch, PROMPT_LEN)), dtype=torch.long)
+    start = time.perf_counter()
+    with torch.no_grad():
+      out = torch_model.generate(
+          prompt, attention_mask=torch.ones_like(prompt), do_sample=True, temperature=1.0,
+          top_k=0, top_p=1.0, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+          eos_token_id=None, pad_token_id=0)
+    seconds = time.perf_counter() - start
+    assert out.shape == (batch, PROMPT_LEN + NEW_TOKENS)
+    return seconds
+
+  call(0)  # warm-up
+  return [call(seed + 1) for seed in range(repeats)]
+
+
+def main(argv):
+  del argv
+  torch.set_num_threads(_THREADS.value)
+  torch.manual_seed(0)
+  hf_config = transformers.Qwen2Config(
+      **SHAPES[_SHAPE.value], max_position_embeddings=PROMPT_LEN + NEW_TOKENS,
+      tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=0)
+  torch_model = transformers.AutoModelForCausalLM.from_config(hf_config).eval()
+  n_params = sum(p.numel() for p in torch_model.parameters())
+  with tempfile.TemporaryDirectory() as path:
+    torch_model.save_pretrained(path)
+    hf.build_char_tokenizer().save_pretrained(path)
+    loaded = hf.load_pretrained(path)
+
+  results = []
+  for batch in map(int, _BATCHES.value):
+    compile_s, ours = _time_ours(loaded, batch, _REPEATS.value)
+    theirs = _time_transformers(torch_model, batch, _REPEATS.value, hf_config.vocab_size)
+    tokens = batch * NEW_TOKENS
+    row = {"batch": batch, "ours": _summary(ours, tokens), "ours_compile_s": compile_s,
+           "transformers": _summary(theirs, tokens)}
+    row["ratio"] = row["ours"]["tokens_per_s_median"] / row["transformers"]["tokens_per_s_median"]
+    results.append(row)
+    print(f"batch {batch:3d}: rlagents {row['ours']['tokens_per_s_median']:9,.0f} tok/s "
+          f"[{row['ours']['tokens_per_s_min']:,.0f}-{row['ours']['tokens_per_s_max']:,.0f}] "
+          f"(compile {compile_s:.1f} s) | transformers "
+          f"{row['transformers']['tokens_per_s_median']:8,.0f} tok/s "
+          f"[{row['transformers']['tokens_per_s_min']:,.0f}-"
+          f"{row['transformers']['tokens_per_s_max']:,.0f}] | ratio {row['ratio']:.2f}x",
+          flush=True)
+
+  report = {
+      "benchmark": "generation", "shape": _SHAPE.value, "parameters": n_params,
+      "prompt_len": PROMPT_LEN, "new_tokens": NEW_TOKENS, "repeats": _REPEATS.value,
+      "torch_threads": _THREADS.value, "cpu": _cpu_model(),
+      "versions": {"jax": jax.__version__, "torch": torch.__version__,
+                   "transformers": transformers.__version__},
+      "jax_devices": [str(d) for d in jax.devices()], "results": results,
+  }
+  print(json.dumps({k: v for k, v in report.items() if k != "results"}))
+  if _JSON.value:
+    with open(_JSON.value, "w") as f:
+      json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+  app.run(main)
