@@ -19,6 +19,8 @@ Example:
 from rlagents.tools._arithmetic import evaluate_expression
 from rlagents.tools._arithmetic import ExpressionError
 from rlagents.tools._calculator import CalculatorTool
+from rlagents.tools._jax_calculator import JaxCalculator
+from rlagents.tools._jax_calculator import ToolOutput
 from rlagents.tools._protocol import CallStatus
 from rlagents.tools._protocol import MalformedToolCall
 from rlagents.tools._protocol import parse_tool_call
@@ -34,11 +36,13 @@ __all__ = [
     "CalculatorTool",
     "CallStatus",
     "ExpressionError",
+    "JaxCalculator",
     "MalformedToolCall",
     "Tool",
     "ToolBox",
     "ToolCall",
     "ToolError",
+    "ToolOutput",
     "ToolResult",
     "ToolSpec",
     "TransientToolError",

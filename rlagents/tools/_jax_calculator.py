@@ -220,6 +220,7 @@ class JaxCalculator:
       A `ToolOutput`.
     """
     width = self.max_call_tokens
+    call_tokens = jnp.asarray(call_tokens, jnp.int32)
     if call_tokens.shape != (width,):
       raise ValueError(f"call_tokens must be [{width}], got {call_tokens.shape}")
     index = jnp.arange(width)
