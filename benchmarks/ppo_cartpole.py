@@ -25,8 +25,13 @@ its `ppo.py` imports gymnax (0.0.9, for its `step` API), brax and navix, so it r
 `--peer_python`, an interpreter of a separate environment that has them (never this one). The
 peer is skipped with a notice when the directory is absent. `--sb3` runs Stable-Baselines3 (PPO,
 its own gymnasium CartPole-v1, DummyVecEnv) under the same interpreter, once per `--sb3_repeats`;
-skipped with a notice when it does not import there. Not measured yet: 2 devices (pmap), which
-waits for `rlagents/parallel`.
+skipped with a notice when it does not import there. '2 devices pmapped' runs one seed per
+device with `jax.pmap(train)` on two host CPU devices (`--devices`, set through XLA_FLAGS for this
+process and the peer's, so every mode of both sides runs under the same flag).
+
+PureJaxRL's `wrappers.py` imports brax and navix at the top, for environments CartPole does not
+use; where they are not installed the driver puts empty stand-in modules in their place (listed
+as `stand_ins` in the JSON).
 
 Prints the figures and writes them to `--json`; it never fails on a time.
 """
@@ -56,6 +61,7 @@ _TOTAL_TIMESTEPS = flags.DEFINE_integer("total_timesteps", 500_000, "Env steps p
 _THRESHOLD = flags.DEFINE_float("threshold", 475.0, "Rolling mean return to reach.")
 _JSON = flags.DEFINE_string("json", None, "Where to write the figures as JSON.")
 _SKIP_OURS = flags.DEFINE_bool("skip_ours", False, "Measure only the peers.")
+_DEVICES = flags.DEFINE_integer("devices", 2, "Host CPU devices (for the pmap mode; 1 skips it).")
 _BOOTSTRAP_TRUNCATION = flags.DEFINE_bool(
     "bootstrap_truncation", False,
     "Our default, off here: PureJaxRL treats a time-limit cut as terminal, so off is the same "
@@ -67,8 +73,21 @@ NUM_ENVS, NUM_STEPS, EPOCHS, MINIBATCHES = 4, 128, 4, 4
 # Runs PureJaxRL's make_train in the peer's interpreter; prints one JSON line. Its per-step
 # episode records are reduced to per-update (mean return, episodes), as rlagents reports them.
 _PUREJAXRL_DRIVER = textwrap.dedent("""
-    import importlib.metadata, json, sys, time
+    import importlib.metadata, importlib.util, json, sys, time, types
     sys.path.insert(0, sys.argv[1])
+    # PureJaxRL's wrappers.py imports brax and navix at the top for other environments; when
+    # they are not installed, empty stand-ins let CartPole (which uses neither) import.
+    missing = [root for root in ("brax", "navix") if importlib.util.find_spec(root) is None]
+    for name in ("brax", "brax.envs", "brax.envs.wrappers", "brax.envs.wrappers.training",
+                 "navix"):
+      if name.split(".")[0] in missing:
+        module = sys.modules.setdefault(name, types.ModuleType(name))
+        module._stand_in = True
+        module.EpisodeWrapper = module.AutoResetWrapper = object
+        if "." in name:
+          parent, child = name.rsplit(".", 1)
+          setattr(sys.modules[parent], child, module)
+    stand_ins = sorted(n for n, m in sys.modules.items() if getattr(m, "_stand_in", False))
     import jax, jax.numpy as jnp, numpy as np
     import ppo
     total, num_seeds, repeats = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -86,11 +105,16 @@ _PUREJAXRL_DRIVER = textwrap.dedent("""
       return np.where(episodes > 0, sums / np.maximum(episodes, 1), np.nan), episodes
 
     out = {"versions": {m: importlib.metadata.version(m)
-                        for m in ("jax", "jaxlib", "flax", "optax", "distrax", "gymnax")}}
-    modes = [("1 seed", 1)] + ([(f"{num_seeds} seeds vmapped", num_seeds)] if num_seeds else [])
-    for name, seeds in modes:
+                        for m in ("jax", "jaxlib", "flax", "optax", "distrax", "gymnax")},
+           "stand_ins": stand_ins}
+    modes = [("1 seed", 1, "jit")]
+    if num_seeds:
+      modes.append((f"{num_seeds} seeds vmapped", num_seeds, "vmap"))
+    if jax.local_device_count() >= 2:
+      modes.append(("2 devices pmapped", 2, "pmap"))
+    for name, seeds, how in modes:
       train = ppo.make_train(dict(config))
-      fn = jax.jit(train) if seeds == 1 else jax.jit(jax.vmap(train))
+      fn = {"jit": jax.jit, "vmap": lambda f: jax.jit(jax.vmap(f)), "pmap": jax.pmap}[how](train)
       keys = [jax.random.PRNGKey(r) if seeds == 1 else
               jax.random.split(jax.random.PRNGKey(r), seeds) for r in range(repeats)]
       start = time.perf_counter()
@@ -201,10 +225,15 @@ def _run_ours(total: int, num_seeds: int, repeats: int, bootstrap_truncation: bo
                          update_epochs=EPOCHS, num_minibatches=MINIBATCHES,
                          bootstrap_truncation=bootstrap_truncation)
   out = {}
-  modes = [("1 seed", 1)] + ([(f"{num_seeds} seeds vmapped", num_seeds)] if num_seeds else [])
-  for name, seeds in modes:
+  modes = [("1 seed", 1, "jit")]
+  if num_seeds:
+    modes.append((f"{num_seeds} seeds vmapped", num_seeds, "vmap"))
+  if jax.local_device_count() >= 2:
+    # One independent seed per device: the same program on each (no cross-device reduction).
+    modes.append(("2 devices pmapped", 2, "pmap"))
+  for name, seeds, how in modes:
     train = ppo.make_train(config)
-    fn = jax.jit(train) if seeds == 1 else jax.jit(jax.vmap(train))
+    fn = {"jit": jax.jit, "vmap": lambda f: jax.jit(jax.vmap(f)), "pmap": jax.pmap}[how](train)
     keys = [jax.random.key(r) if seeds == 1 else jax.random.split(jax.random.key(r), seeds)
             for r in range(repeats)]
     start = time.perf_counter()
@@ -263,6 +292,11 @@ def _fmt(figure, unit="", scale=1.0, digits=0):
 
 def main(argv):
   del argv
+  if _DEVICES.value > 1 and "xla_force_host_platform_device_count" not in os.environ.get(
+      "XLA_FLAGS", ""):
+    # Read when the backend starts (the first jax call below); inherited by the peer.
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_"
+                               f"device_count={_DEVICES.value}").strip()
   threshold, total = _THRESHOLD.value, _TOTAL_TIMESTEPS.value
   report = {
       "benchmark": "ppo_cartpole",
@@ -304,6 +338,7 @@ def main(argv):
       report["skipped"]["purejaxrl"] = "the peer failed to run (see the output)"
     else:
       report["versions"]["purejaxrl"] = peer.pop("versions")
+      report["purejaxrl_stand_ins"] = peer.pop("stand_ins")
       raw["purejaxrl"] = peer
       print("PureJaxRL: done", flush=True)
 

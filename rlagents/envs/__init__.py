@@ -7,7 +7,8 @@
 
 Built-ins: CartPole (gymnasium CartPole-v1 dynamics) and a key-door maze (long horizon, sparse
 reward). `GymnaxEnv` adapts gymnax environments (`make('gymnax/CartPole-v1')`; needs gymnax,
-imported only then).
+imported only then). `CalculatorTextEnv` is the calculator tool-use task as a text environment
+whose tool runs inside `jit` (see `rollout.make_jit_rollout`).
 """
 
 from rlagents.envs._api import BoxSpec
@@ -16,6 +17,9 @@ from rlagents.envs._api import check_environment
 from rlagents.envs._api import DiscreteSpec
 from rlagents.envs._api import Environment
 from rlagents.envs._api import InvalidEnvironmentError
+from rlagents.envs._calculator_text import CalculatorTextEnv
+from rlagents.envs._calculator_text import Segment
+from rlagents.envs._calculator_text import TextEpisode
 from rlagents.envs._cartpole import CartPole
 from rlagents.envs._cartpole import CartPoleState
 from rlagents.envs._gymnax import GymnaxEnv
@@ -35,6 +39,7 @@ __all__ = [
     "ENVIRONMENTS",
     "AutoReset",
     "BoxSpec",
+    "CalculatorTextEnv",
     "CartPole",
     "CartPoleState",
     "CheckedActions",
@@ -46,6 +51,8 @@ __all__ = [
     "InvalidEnvironmentError",
     "KeyDoorMaze",
     "KeyDoorMazeState",
+    "Segment",
+    "TextEpisode",
     "VmapEnv",
     "Wrapper",
     "check_action",

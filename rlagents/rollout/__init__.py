@@ -1,9 +1,14 @@
-"""Rollouts: multi-turn text episodes with tools (host loop around jitted sampling)."""
+"""Rollouts: multi-turn text episodes with tools.
+
+`sample_episodes` is a host loop around jitted sampling (tools run on the host);
+`make_jit_rollout` runs whole episodes of a JAX-native text environment in one compiled program.
+"""
 
 from rlagents.rollout._episode import Action
 from rlagents.rollout._episode import advance
 from rlagents.rollout._episode import end_unanswered
 from rlagents.rollout._episode import Episode
+from rlagents.rollout._jit import make_jit_rollout
 from rlagents.rollout._text import episode_tokens
 from rlagents.rollout._text import make_sampler
 from rlagents.rollout._text import RolloutBatch
@@ -19,6 +24,7 @@ __all__ = [
     "advance",
     "end_unanswered",
     "episode_tokens",
+    "make_jit_rollout",
     "make_sampler",
     "sample_episodes",
     "stack_episodes",

@@ -35,6 +35,8 @@ from rlagents.tools._json_calls import validate_arguments
 from rlagents.tools._arithmetic import evaluate_expression
 from rlagents.tools._arithmetic import ExpressionError
 from rlagents.tools._calculator import CalculatorTool
+from rlagents.tools._jax_calculator import JaxCalculator
+from rlagents.tools._jax_calculator import ToolOutput
 from rlagents.tools._protocol import CallStatus
 from rlagents.tools._protocol import COST_TAGS
 from rlagents.tools._protocol import Decision
@@ -65,11 +67,13 @@ __all__ = [
     "validate_arguments",
     "words",
     "ExpressionError",
+    "JaxCalculator",
     "MalformedToolCall",
     "Tool",
     "ToolBox",
     "ToolCall",
     "ToolError",
+    "ToolOutput",
     "ToolResult",
     "ToolSpec",
     "TransientToolError",
