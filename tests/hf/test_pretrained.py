@@ -295,3 +295,21 @@ def test_missing_tokenizer_is_named(broken):
     os.remove(os.path.join(path, file))
   with pytest.raises(hf.CheckpointError, match=r"no tokenizer could be loaded"):
     hf.load_pretrained(path)
+
+
+def test_lora_merged_export_reloads_in_transformers(checkpoints, tmp_path):
+  path, _ = checkpoints("qwen2_gqa_tied")
+  loaded = hf.load_pretrained(path)
+  lora = networks.LoraConfig(rank=2, targets=("q_proj", "v_proj", "up_proj"))
+  adapters = networks.init_lora(jax.random.key(0), loaded.params, config=lora)
+  # Trained adapters are non-zero: give lora_b values.
+  adapters = jax.tree_util.tree_map(lambda x: x + 0.05, adapters)
+  merged = networks.merge_lora(loaded.params, adapters, config=lora)
+  out = str(tmp_path / "lora_export")
+  hf.export_pretrained(merged, loaded.config, loaded.tokenizer, out)
+  reloaded = transformers.AutoModelForCausalLM.from_pretrained(out, local_files_only=True).eval()
+  tokens = _tokens()
+  ours = _our_logits(hf.Pretrained(config=loaded.config, params=merged,
+                                   tokenizer=loaded.tokenizer, model_type="qwen2"), tokens)
+  np.testing.assert_allclose(_torch_logits(reloaded, tokens), ours, atol=1e-4, rtol=0)
+  assert np.abs(ours - _our_logits(loaded, tokens)).max() > 1e-2
