@@ -14,7 +14,6 @@ tokens/s (above 1: rlagents is faster).
 """
 
 import json
-import platform
 import statistics
 import tempfile
 import time
@@ -27,6 +26,7 @@ import numpy as np
 import torch
 import transformers
 
+import _machine  # sibling module: benchmarks/_machine.py
 from rlagents import hf
 from rlagents import networks
 from rlagents import sampling
@@ -47,15 +47,6 @@ PROMPT_LEN = 32
 NEW_TOKENS = 64
 
 
-def _cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor()
 
 
 def _summary(seconds: list[float], tokens: int) -> dict:
@@ -144,7 +135,7 @@ def main(argv):
   report = {
       "benchmark": "generation", "shape": _SHAPE.value, "parameters": n_params,
       "prompt_len": PROMPT_LEN, "new_tokens": NEW_TOKENS, "repeats": _REPEATS.value,
-      "torch_threads": _THREADS.value, "cpu": _cpu_model(),
+      "torch_threads": _THREADS.value, "cpu": _machine.cpu_model(),
       "versions": {"jax": jax.__version__, "torch": torch.__version__,
                    "transformers": transformers.__version__},
       "jax_devices": [str(d) for d in jax.devices()], "results": results,

@@ -48,6 +48,7 @@ import time
 from absl import app
 from absl import flags
 import numpy as np
+import _machine  # sibling module: benchmarks/_machine.py
 
 _PUREJAXRL_DIR = flags.DEFINE_string("purejaxrl_dir", "/tmp/purejaxrl",
                                      "Checkout of luchris429/purejaxrl; skipped if absent.")
@@ -272,15 +273,6 @@ def _versions() -> dict:
           "jaxlib": jaxlib.__version__, "flax": flax.__version__, "optax": optax.__version__}
 
 
-def _cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or "unknown"
 
 
 def _fmt(figure, unit="", scale=1.0, digits=0):
@@ -305,7 +297,7 @@ def main(argv):
                    "total_timesteps": total, "threshold": threshold, "window": WINDOW,
                    "repeats": _REPEATS.value, "num_seeds": _NUM_SEEDS.value,
                    "ours_bootstrap_truncation": _BOOTSTRAP_TRUNCATION.value},
-      "machine": {"cpu": _cpu_model(), "threads": len(os.sched_getaffinity(0)),
+      "machine": {"cpu": _machine.cpu_model(), "threads": len(os.sched_getaffinity(0)),
                   "load_average_at_start": os.getloadavg()},
       "versions": {"ours": _versions()},
       "sides": {},
