@@ -230,7 +230,7 @@ def _load_tokenizer(path: str) -> transformers.PreTrainedTokenizerBase:
 
 
 def load_pretrained(path: str, *, max_len: int | None = None, dtype: str = "float32",
-                    param_dtype: str = "float32") -> Pretrained:
+                    param_dtype: str = "float32", value_head: bool = False) -> Pretrained:
   """Loads a local Llama or Qwen2 checkpoint directory.
 
   Args:
@@ -239,6 +239,7 @@ def load_pretrained(path: str, *, max_len: int | None = None, dtype: str = "floa
       `max_position_embeddings`.
     dtype: activation dtype name ('float32' or 'bfloat16').
     param_dtype: parameter dtype name; weights are cast to it.
+    value_head: add a PPO value head (`TransformerConfig.value_head`), initialised to zero.
 
   Returns:
     A `Pretrained` with the config, parameters and tokenizer.
@@ -259,6 +260,11 @@ def load_pretrained(path: str, *, max_len: int | None = None, dtype: str = "floa
   config = config_from_hf(hf_config, max_len=max_len, dtype=dtype, param_dtype=param_dtype,
                           source=config_path)
   params = _read_params(path, config)
+  if value_head:
+    config = dataclasses.replace(config, value_head=True)
+    dtype = config.parameter_dtype
+    params["params"]["value_head"] = {"kernel": jnp.zeros((config.d_model, 1), dtype),
+                                      "bias": jnp.zeros((1,), dtype)}
   tokenizer = _load_tokenizer(path)
   if len(tokenizer) > config.vocab_size:
     raise CheckpointError(f"{path}: the tokenizer has {len(tokenizer)} tokens, more than the "
@@ -320,6 +326,9 @@ def export_pretrained(params: dict, config: transformer_lib.TransformerConfig,
                       model_type: str | None = None) -> None:
   """Writes `params` as a transformers-loadable directory: config, `model.safetensors`, tokenizer.
 
+  A value head is left out: a causal-LM checkpoint has none. With LoRA, pass the merged
+  parameters (`rlagents.networks.merge_lora`).
+
   Args:
     params: the model variables (`{'params': ...}` or the inner dict), e.g. after training.
     config: their architecture.
@@ -328,8 +337,11 @@ def export_pretrained(params: dict, config: transformer_lib.TransformerConfig,
     model_type: 'llama' or 'qwen2'; default 'qwen2' if `config.attention_bias` else 'llama'.
   """
   model_type = model_type or ("qwen2" if config.attention_bias else "llama")
-  hf_config = hf_config_from(config, model_type=model_type, tokenizer=tokenizer)
   params = params.get("params", params)
+  if config.value_head:
+    params = {name: value for name, value in params.items() if name != "value_head"}
+    config = dataclasses.replace(config, value_head=False)
+  hf_config = hf_config_from(config, model_type=model_type, tokenizer=tokenizer)
   shapes = _param_shapes(config)
   tensors = {}
   for key_path, leaf in jax.tree_util.tree_leaves_with_path(params):

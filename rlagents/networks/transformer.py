@@ -3,7 +3,8 @@
 Pre-norm blocks (RMSNorm), rotary position embeddings (RoPE, the rotate-half convention of the
 Hugging Face Llama code), grouped-query attention, a SwiGLU MLP, a final RMSNorm and a tied or
 untied LM head. Parameter names follow the Hugging Face module names (`q_proj`, `gate_proj`, ...) so
-that checkpoint conversion is a rename and a transpose.
+that checkpoint conversion is a rename and a transpose. Optionally a scalar value head on the final
+hidden states, for PPO.
 
 Shapes: `B` batch, `T` tokens in this call, `S` cache slots, `D` model width, `V` vocabulary,
 `K` key/value heads, `H` query heads, `Dh` head width.
@@ -76,6 +77,9 @@ class TransformerConfig:
     dtype: activation and matmul dtype name, 'float32' or 'bfloat16' (or 'float16'). Norms,
       RoPE, attention softmax and logits are computed in float32 whatever this is.
     param_dtype: parameter storage dtype name, same choices as `dtype`.
+    value_head: if True the model also has a scalar value head (`Transformer.values`), a
+      `Dense(D -> 1)` on the final-norm hidden states, initialised to zero. It is not part of a
+      causal-LM checkpoint: loading starts it at zero, export leaves it out.
   """
 
   vocab_size: int
@@ -92,6 +96,7 @@ class TransformerConfig:
   attention_bias: bool = False
   dtype: str = "float32"
   param_dtype: str = "float32"
+  value_head: bool = False
 
   def __post_init__(self):
     for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_len"):
@@ -382,7 +387,8 @@ class Transformer(nn.Module):
 
   `__call__(tokens, positions, cache=None) -> (logits, cache)`; `hidden_states` and `logits` split
   it so that a caller that needs only some positions' logits (the sampler) skips the LM head on
-  the others.
+  the others. With `config.value_head`, `values(hidden)` gives PPO's state values, or
+  `model.apply(params, tokens, positions, method=model.logits_and_values)` both at once.
   """
 
   config: TransformerConfig
@@ -397,6 +403,10 @@ class Transformer(nn.Module):
     if not cfg.tie_embeddings:
       self.lm_head = nn.Dense(
           cfg.vocab_size, use_bias=False, kernel_init=_dense_init(), dtype=cfg.activation_dtype,
+          param_dtype=cfg.parameter_dtype)
+    if cfg.value_head:
+      self.value_head = nn.Dense(
+          1, kernel_init=nn.initializers.zeros_init(), dtype=cfg.activation_dtype,
           param_dtype=cfg.parameter_dtype)
 
   def __call__(self, tokens: jax.Array, positions: jax.Array,
@@ -417,7 +427,21 @@ class Transformer(nn.Module):
       `positions == arange(T)`), which is how the sampler prefills.
     """
     hidden, cache = self.hidden_states(tokens, positions, cache)
+    if self.config.value_head and self.is_initializing():
+      self.values(hidden)  # so that `init` creates the value head's parameters too
     return self.logits(hidden), cache
+
+  def logits_and_values(self, tokens: jax.Array,
+                        positions: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Causal pass (no cache): `(logits [B, T, V], values [B, T])`, both float32."""
+    hidden, _ = self.hidden_states(tokens, positions)
+    return self.logits(hidden), self.values(hidden)
+
+  def values(self, hidden: jax.Array) -> jax.Array:
+    """Value head: `[..., D]` final hidden states to `[...]` float32 values."""
+    if not self.config.value_head:
+      raise ValueError("This model has no value head (TransformerConfig.value_head=False).")
+    return self.value_head(hidden)[..., 0].astype(jnp.float32)
 
   def hidden_states(self, tokens: jax.Array, positions: jax.Array,
                     cache: KVCache | None = None) -> tuple[jax.Array, KVCache]:

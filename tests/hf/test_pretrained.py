@@ -4,6 +4,7 @@ The reference is PyTorch transformers itself (a test-only dependency): every tes
 random model there, saves it, and compares what rlagents computes from the saved directory.
 """
 
+import dataclasses
 import functools
 import json
 import os
@@ -166,6 +167,29 @@ def test_export_reloads_in_transformers(checkpoints, tmp_path, name):
   assert np.abs(ours - _torch_logits(torch_model, tokens)).max() > 1e-2
   tokenizer = transformers.AutoTokenizer.from_pretrained(out, local_files_only=True)
   assert tokenizer(PROMPT)["input_ids"] == loaded.tokenizer(PROMPT)["input_ids"]
+
+
+def test_value_head_loads_at_zero_and_is_left_out_of_the_export(checkpoints, tmp_path):
+  path, torch_model = checkpoints("llama_gqa_untied")
+  loaded = hf.load_pretrained(path, value_head=True)
+  assert loaded.config.value_head
+  model = networks.Transformer(loaded.config)
+  tokens = _tokens()
+  positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+  logits, values = model.apply(loaded.params, jnp.asarray(tokens), positions,
+                               method=model.logits_and_values)
+  np.testing.assert_allclose(np.asarray(logits), _torch_logits(torch_model, tokens), atol=1e-4,
+                             rtol=0)
+  np.testing.assert_array_equal(values, 0.0)
+  # As after PPO: a trained value head, which a causal-LM checkpoint has no place for.
+  params = jax.tree_util.tree_map_with_path(
+      lambda p, x: x + 1.0 if "value_head" in jax.tree_util.keystr(p) else x, loaded.params)
+  out = str(tmp_path / "export")
+  hf.export_pretrained(params, loaded.config, loaded.tokenizer, out)
+  reloaded = transformers.AutoModelForCausalLM.from_pretrained(out, local_files_only=True).eval()
+  np.testing.assert_allclose(_torch_logits(reloaded, tokens), np.asarray(logits), atol=1e-4,
+                             rtol=0)
+  assert hf.load_pretrained(out).config == dataclasses.replace(loaded.config, value_head=False)
 
 
 @pytest.mark.parametrize("name", ["llama_gqa_untied", "qwen2_gqa_tied"])
