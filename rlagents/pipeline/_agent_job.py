@@ -33,7 +33,6 @@ import tqdm
 from rlagents import checkpoint as checkpoint_lib
 from rlagents import evaluation
 from rlagents import guardrails
-from rlagents import hf
 from rlagents import learners
 from rlagents import metrics as metrics_lib
 from rlagents import networks
@@ -42,6 +41,7 @@ from rlagents import rollout as rollout_lib
 from rlagents import tasks as tasks_lib
 from rlagents import tools as tools_lib
 from rlagents.pipeline import _config
+from rlagents.pipeline import _policy_init
 from rlagents.pipeline import _suites
 from rlagents.tasks import calculator_expert
 
@@ -65,9 +65,13 @@ class _Job:
   def __init__(self, config: _config.AgentJobConfig, workdir: str):
     self.config = config
     self.workdir = workdir
-    self.tokenizer = hf.build_char_tokenizer()
-    self.model = networks.Transformer(
-        dataclasses.replace(config.model, vocab_size=len(self.tokenizer)))
+    try:
+      policy = _policy_init.initial_policy(config.model, config.init_from)
+    except _policy_init.PolicyInitError as error:
+      raise JobError(str(error)) from None
+    self.tokenizer = policy.tokenizer
+    self.model = networks.Transformer(policy.model_config)
+    self.pretrained_params = policy.params
     tfds.disable_progress_bar()
     self.splits = {
         split: tasks_lib.load_split(split, config=config.tasks,
@@ -108,6 +112,9 @@ class _Job:
     return batch
 
   def init_params(self):
+    if self.pretrained_params is not None:
+      # A copy: the update steps donate their input buffers.
+      return jax.tree.map(jnp.copy, self.pretrained_params)
     length = self.config.rollout.max_length
     tokens = jnp.zeros((1, length), jnp.int32)
     positions = jnp.arange(length, dtype=jnp.int32)[None]

@@ -66,6 +66,11 @@ class AgentJobConfig:
   Attributes:
     seed: seeds parameters, data order, sampling and the tools' randomness.
     model: the policy network (vocab_size is taken from the tokenizer).
+    init_from: '' for the built-in character-level model, or a local Hugging Face Llama / Qwen2
+      checkpoint directory to start from: its architecture, weights and tokenizer replace the
+      built-in ones, and of `model` only max_len, dtype, param_dtype and value_head apply. Its
+      tokenizer must have the format's marker tokens (`<call>`, `</answer>`, ...) as single
+      tokens; the error lists any that are missing (see `rlagents.pipeline._policy_init`).
     tasks: the calculator task suite and its splits.
     tool_failure_rate: fraction of calculator calls that fail transiently ("busy, retry").
     expert: the scripted demonstrator's error rates.
@@ -91,6 +96,7 @@ class AgentJobConfig:
   suite_reward: SuiteRewardConfig = SuiteRewardConfig()
   scripted_policy: str = "honest"
   model: TransformerConfig = dataclasses.field(default_factory=_default_model)
+  init_from: str = ""
   tasks: CalculatorSuiteConfig = CalculatorSuiteConfig()
   tool_failure_rate: float = 0.2
   expert: NoisyExpertConfig = NoisyExpertConfig()
