@@ -2,5 +2,7 @@
 
 from rlagents.checkpoint._manager import CheckpointError
 from rlagents.checkpoint._manager import Checkpointer
+from rlagents.checkpoint._manager import CheckpointWarning
+from rlagents.checkpoint._manager import Restored
 
-__all__ = ["CheckpointError", "Checkpointer"]
+__all__ = ["CheckpointError", "Checkpointer", "CheckpointWarning", "Restored"]
