@@ -61,8 +61,12 @@ class Restored:
 
 
 def _state_digest(state: Any) -> str | None:
-  """SHA-256 over every leaf's dtype, shape and bytes, in tree order; None if some leaf is not
-  fully addressable by this process (then the check is skipped)."""
+  """SHA-256 over every leaf's shape and values, in tree order; None if some leaf is not fully
+  addressable by this process (then the check is skipped).
+
+  Values are hashed as int64 or float64 (exact for every narrower type), so a step restored into
+  a target whose leaf types differ from the saved ones (a Python int step, say) still matches.
+  """
   digest = hashlib.sha256()
   for leaf in jax.tree.leaves(state):
     if isinstance(leaf, jax.Array):
@@ -70,7 +74,12 @@ def _state_digest(state: Any) -> str | None:
         return None
       if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
         leaf = jax.random.key_data(leaf)
-    value = np.ascontiguousarray(jax.device_get(leaf))
+    value = np.asarray(jax.device_get(leaf))
+    if value.dtype.kind in "biu":
+      value = value.astype(np.int64)
+    elif value.dtype.kind in "fc" or value.dtype.name == "bfloat16":
+      value = value.astype(np.complex128 if value.dtype.kind == "c" else np.float64)
+    value = np.ascontiguousarray(value)
     digest.update(f"{value.dtype.str}{value.shape}".encode())
     digest.update(value.tobytes())
   return digest.hexdigest()

@@ -12,9 +12,14 @@ lives in its workdir:
                             guardrail decision and reward term (see `rlagents.guardrails`)
     report.json             the final figures for the expert, the SFT and the GRPO policy
 
-Started again on the same workdir, the job restores the newest checkpoint of the phase it was in
-and continues from that step; data order, sampling keys and the tools' randomness are functions of
-(seed, step), so a resumed run continues exactly where it stopped.
+Started again on the same workdir, the job restores the newest readable checkpoint of the phase
+it was in and continues from that step; data order, sampling keys and the tools' randomness are
+functions of (seed, step), so a resumed run continues exactly where it stopped, and metrics and
+audit records the interrupted run wrote after that step are dropped and written again. A corrupt
+newest checkpoint is reported and the one before it is used (docs/checkpoints.md).
+
+Multi-host: every process runs the phases and takes part in the (collective) checkpoint saves and
+restores; only process 0 writes config.json, the tokenizer, metrics, the audit log and the report.
 """
 
 import dataclasses
@@ -135,7 +140,7 @@ def _check_workdir(config: _config.AgentJobConfig, workdir: str) -> None:
       differing = _first_difference(saved, json.loads(json.dumps(resolved)))
       raise JobError(f"workdir {workdir!r} holds a run with a different config (first "
                      f"difference at '{differing}'); use a new workdir or the same config")
-  else:
+  elif jax.process_index() == 0:
     with open(path, "w") as f:
       json.dump(resolved, f, indent=2, sort_keys=True)
 
@@ -174,39 +179,96 @@ class _LengthBuckets:
 
 
 def _state_tree(state, key) -> dict[str, Any]:
+  """Everything a phase carries from one step to the next (the data position is the step: the
+  batch of step `s` is drawn from `_rng(seed, phase, s)`); GRPO's advantages are group-relative
+  within each step, so there are no running reward statistics to keep."""
   return {"params": state.params, "opt_state": state.opt_state, "step": state.step, "key": key}
 
 
-def _restore_phase(checkpointer, state, key):
-  """Restores the newest checkpoint of a phase into `state`; returns (state, key, step)."""
-  step = checkpointer.latest_step()
-  if step is None:
-    return state, key, 0
-  tree, _ = checkpointer.restore(step, _state_tree(state, key))
+def _checkpoint_metadata(config, phase: str, done: int) -> dict[str, Any]:
+  return {"phase": phase, "step": done, "seed": config.seed,
+          "data_position": {"rng": "numpy default_rng([seed, phase_id, step])",
+                            "phase_id": _PHASE_IDS[phase], "next_step": done}}
+
+
+@dataclasses.dataclass
+class _PhaseStart:
+  """Where a phase starts: its train state, RNG key and step (0 for a fresh start)."""
+  state: Any
+  key: jax.Array
+  step: int
+
+
+def _restore_phase(checkpointer, state, key, *, phase: str, seed: int) -> _PhaseStart:
+  """Restores the newest readable checkpoint of a phase into `state`'s structure.
+
+  A corrupt newer step is reported (`checkpoint.CheckpointWarning`) and the one before is used.
+  """
+  restored = checkpointer.restore_latest(_state_tree(state, key))
+  if restored is None:
+    return _PhaseStart(state, key, 0)
+  tree, metadata = restored.state, restored.metadata
+  found = (metadata.get("phase"), metadata.get("step"), metadata.get("seed"), int(tree["step"]))
+  if found[:3] != (phase, restored.step, seed) or found[3] != restored.step:
+    raise checkpoint_lib.CheckpointError(
+        f"checkpoint {checkpointer.directory}/{restored.step} does not belong to this run: it "
+        f"says phase {found[0]!r}, step {found[1]}, seed {found[2]}, state step {found[3]}; "
+        f"expected phase {phase!r}, step {restored.step}, seed {seed}")
   state = state.replace(params=tree["params"], opt_state=tree["opt_state"], step=tree["step"])
-  return state, tree["key"], step
+  return _PhaseStart(state, tree["key"], restored.step)
 
 
-def _run_sft(job: _Job, writer, audit) -> Any:
+class _Outputs:
+  """The phases' metrics writer and audit log, written by process 0 only.
+
+  On resume from global step `r`, the files keep what was written up to `r`; a phase that
+  recomputes a step `<= r` (e.g. SFT re-run after its final checkpoint was found corrupt) does not
+  write it again. The final evaluation is always written again (the audit log drops it on resume).
+  """
+
+  def __init__(self, workdir: str, resume_step: int | None):
+    self.resume_step = resume_step
+    self.primary = jax.process_index() == 0
+    if self.primary:
+      self._writer = metrics_lib.MetricsWriter(workdir, resume_step=resume_step)
+      # Hash-chained: `guardrails.verify_audit_log` detects an edited line, and
+      # `python -m experiments.replay` re-executes episodes from it.
+      self._audit = guardrails.AuditLog(os.path.join(workdir, "audit", "episodes.jsonl"),
+                                        resume_step=resume_step)
+
+  def _new(self, step: int) -> bool:
+    return self.primary and (self.resume_step is None or step > self.resume_step)
+
+  def metrics(self, step: int, values) -> None:
+    if self._new(step):
+      self._writer.write(step, values)
+
+  def episodes(self, episodes, *, phase: str, step: int, **fields) -> None:
+    if self._new(step) or (self.primary and phase == "final_eval"):
+      self._audit.write(episodes, phase=phase, step=step, **fields)
+
+  def close(self) -> None:
+    if self.primary:
+      self._writer.close()
+
+
+def _run_sft(job: _Job, start: _PhaseStart, checkpointer, out: _Outputs) -> Any:
   """Phase 1: demonstrations from the noisy expert, then supervised training. Returns params."""
   config = job.config
-  checkpointer = checkpoint_lib.Checkpointer(os.path.join(job.workdir, "checkpoints", "sft"))
-  state = learners.create_train_state(job.model, job.init_params(), config.sft.optimizer)
-  state, key, start = _restore_phase(checkpointer, state, jax.random.PRNGKey(config.seed))
-  if start >= config.sft.num_steps:
-    logging.info("SFT already finished at step %d", start)
+  state, key = start.state, start.key
+  if start.step >= config.sft.num_steps:
+    logging.info("SFT already finished at step %d", start.step)
     return state.params
 
   demo_tasks = job.splits["train"][:config.sft.num_demonstrations]
   demos = job.expert_episodes(demo_tasks, _rng(config.seed, _PHASE_IDS["demos"]))
-  if start == 0:
-    audit.write(demos, phase="sft_demonstration", step=0, policy="expert")
+  out.episodes(demos, phase="sft_demonstration", step=0, policy="expert")
   data = rollout_lib.stack_episodes(demos, job.tokenizer, config.rollout.max_length)
-  writer.write(0, {"expert/train_success": evaluation.summarize_episodes(demos)["success"]})
+  out.metrics(0, {"expert/train_success": evaluation.summarize_episodes(demos)["success"]})
 
   buckets = _LengthBuckets(data.tokens)
   update = learners.make_sft_step()
-  bar = tqdm.trange(start, config.sft.num_steps, desc="SFT", initial=start,
+  bar = tqdm.trange(start.step, config.sft.num_steps, desc="SFT", initial=start.step,
                     total=config.sft.num_steps, dynamic_ncols=True)
   for step in bar:
     rows = buckets.sample(_rng(config.seed, _PHASE_IDS["sft"], step), config.sft.batch_size)
@@ -215,39 +277,40 @@ def _run_sft(job: _Job, writer, audit) -> Any:
     done = step + 1
     if done % config.log_every == 0 or done == config.sft.num_steps:
       metrics = jax.device_get(metrics)
-      writer.write(done, metrics)
+      out.metrics(done, metrics)
       bar.set_postfix(nll=f"{metrics['sft/nll']:.3f}")
+    if done == config.sft.num_steps:
+      # The SFT policy's point on the held-out curve belongs to this phase: it is written
+      # before the final checkpoint, so a resume either keeps it or recomputes it.
+      _curve_eval(job, state.params, done, out)
     if done % config.checkpoint_every == 0 or done == config.sft.num_steps:
-      checkpointer.save(done, _state_tree(state, key), {"phase": "sft", "step": done})
-  checkpointer.close()
+      checkpointer.save(done, _state_tree(state, key), _checkpoint_metadata(config, "sft", done))
   return state.params
 
 
-def _curve_eval(job: _Job, params, global_step: int, writer, audit) -> float:
+def _curve_eval(job: _Job, params, global_step: int, out: _Outputs) -> float:
   config = job.config
   tasks = job.splits["heldout"][:config.eval.curve_tasks]
   batch = job.policy_episodes(params, tasks, key=jax.random.PRNGKey(config.seed + 7),
                               rng=_rng(config.seed, _PHASE_IDS["eval"], global_step),
                               sampler=job.sampler_eval)
   summary = evaluation.summarize_episodes(batch.episodes)
-  writer.write(global_step, {f"eval/heldout_{k}": v for k, v in summary.items()
-                             if isinstance(v, float)})
-  audit.write(batch.episodes, phase="curve_eval", step=global_step, policy="policy",
-              split="heldout")
+  out.metrics(global_step, {f"eval/heldout_{k}": v for k, v in summary.items()
+                            if isinstance(v, float)})
+  out.episodes(batch.episodes, phase="curve_eval", step=global_step, policy="policy",
+               split="heldout")
   return summary["success"]
 
 
-def _run_grpo(job: _Job, sft_params, writer, audit) -> Any:
+def _run_grpo(job: _Job, sft_params, start: _PhaseStart, checkpointer, out: _Outputs) -> Any:
   """Phase 2: GRPO from the SFT policy, with the SFT policy as the KL reference."""
   config, grpo = job.config, job.config.grpo
-  checkpointer = checkpoint_lib.Checkpointer(os.path.join(job.workdir, "checkpoints", "grpo"))
-  # A copy: the update donates the state's buffers, and the reference must survive them.
-  state = learners.create_train_state(job.model, jax.tree.map(jnp.copy, sft_params),
-                                      grpo.optimizer)
-  state, key, start = _restore_phase(checkpointer, state, jax.random.PRNGKey(config.seed + 1))
-  if start == 0:
-    _curve_eval(job, sft_params, job.sft_steps, writer, audit)
-  if start >= grpo.num_steps:
+  state, key = start.state, start.key
+  if start.step == 0:
+    # A copy: the update donates the state's buffers, and the reference must survive them.
+    state = learners.create_train_state(job.model, jax.tree.map(jnp.copy, sft_params),
+                                        grpo.optimizer)
+  if start.step >= grpo.num_steps:
     return state.params
 
   if grpo.microbatch_size:
@@ -255,8 +318,8 @@ def _run_grpo(job: _Job, sft_params, writer, audit) -> Any:
   else:
     update = learners.make_grpo_step(grpo)
   train = job.splits["train"]
-  bar = tqdm.trange(start, grpo.num_steps, desc="GRPO", initial=start, total=grpo.num_steps,
-                    dynamic_ncols=True)
+  bar = tqdm.trange(start.step, grpo.num_steps, desc="GRPO", initial=start.step,
+                    total=grpo.num_steps, dynamic_ncols=True)
   for step in bar:
     t0 = time.perf_counter()
     rng = _rng(config.seed, _PHASE_IDS["grpo"], step)
@@ -277,7 +340,7 @@ def _run_grpo(job: _Job, sft_params, writer, audit) -> Any:
       state, metrics = update(state, sft_params, batch)
     done = step + 1
     global_step = job.sft_steps + done
-    audit.write(rollout.episodes, phase="grpo", step=global_step, policy="policy")
+    out.episodes(rollout.episodes, phase="grpo", step=global_step, policy="policy")
     if done % config.log_every == 0 or done == grpo.num_steps:
       summary = evaluation.summarize_episodes(rollout.episodes)
       terms = {f"reward/{name}": float(np.mean([e.reward_terms[name] for e in rollout.episodes]))
@@ -289,18 +352,17 @@ def _run_grpo(job: _Job, sft_params, writer, audit) -> Any:
                  "train/sampled_tokens": float(rollout.loss_mask.sum()),
                  "time/rollout_s": t_rollout,
                  "time/step_s": time.perf_counter() - t0}
-      writer.write(global_step, metrics)
+      out.metrics(global_step, metrics)
       bar.set_postfix(success=f"{summary['success']:.2f}", reward=f"{summary['mean_reward']:.2f}")
     if config.eval.every_steps and done % config.eval.every_steps == 0:
-      success = _curve_eval(job, state.params, global_step, writer, audit)
+      success = _curve_eval(job, state.params, global_step, out)
       bar.write(f"GRPO step {done}: heldout success {success:.3f}")
     if done % config.checkpoint_every == 0 or done == grpo.num_steps:
-      checkpointer.save(done, _state_tree(state, key), {"phase": "grpo", "step": done})
-  checkpointer.close()
+      checkpointer.save(done, _state_tree(state, key), _checkpoint_metadata(config, "grpo", done))
   return state.params
 
 
-def _final_report(job: _Job, sft_params, grpo_params, audit) -> dict[str, Any]:
+def _final_report(job: _Job, sft_params, grpo_params, out: _Outputs) -> dict[str, Any]:
   config = job.config
   final_step = job.sft_steps + config.grpo.num_steps
   report: dict[str, Any] = {"splits": {}, "eval_temperature": config.eval.temperature}
@@ -309,7 +371,7 @@ def _final_report(job: _Job, sft_params, grpo_params, audit) -> dict[str, Any]:
     entry = {}
     expert = job.expert_episodes(tasks, _rng(config.seed, _PHASE_IDS["eval"], 10**6, index))
     entry["expert"] = evaluation.summarize_episodes(expert)
-    audit.write(expert, phase="final_eval", step=final_step, policy="expert", split=split)
+    out.episodes(expert, phase="final_eval", step=final_step, policy="expert", split=split)
     for name, params in (("sft", sft_params), ("grpo", grpo_params)):
       policy_key = jax.random.PRNGKey(config.seed + 100 + index)
       batch = job.policy_episodes(params, tasks, key=policy_key,
@@ -318,7 +380,7 @@ def _final_report(job: _Job, sft_params, grpo_params, audit) -> dict[str, Any]:
       entry[name] = evaluation.summarize_episodes(batch.episodes)
       entry[name]["detectors"] = rewards.count_detections(
           batch.episodes, _suites.DETECTORS["calculator"])
-      audit.write(batch.episodes, phase="final_eval", step=final_step, policy=name, split=split)
+      out.episodes(batch.episodes, phase="final_eval", step=final_step, policy=name, split=split)
       if config.eval.greedy_too and split == "heldout":
         greedy = job.policy_episodes(params, tasks, key=policy_key,
                                      rng=_rng(config.seed, _PHASE_IDS["eval"], 10**6, index),
@@ -341,24 +403,41 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
     report["wall_seconds_this_invocation"] = time.time() - start_time
     return report
   job = _Job(config, workdir)
-  job.tokenizer.save_pretrained(os.path.join(workdir, "tokenizer"))
+  primary = jax.process_index() == 0
+  if primary:
+    job.tokenizer.save_pretrained(os.path.join(workdir, "tokenizer"))
 
-  resume_step = _resume_step(workdir, job.sft_steps)
-  writer = metrics_lib.MetricsWriter(workdir, resume_step=resume_step)
-  # Hash-chained: `guardrails.verify_audit_log` detects an edited line, and
-  # `python -m experiments.replay` re-executes episodes from it.
-  audit = guardrails.AuditLog(os.path.join(workdir, "audit", "episodes.jsonl"),
-                              resume_step=resume_step)
-  if resume_step is not None:
-    logging.info("Resuming from global step %d", resume_step)
-    print(f"Resuming {workdir} from step {resume_step}", flush=True)
+  with checkpoint_lib.Checkpointer(os.path.join(workdir, "checkpoints", "sft")) as sft_ckpt, \
+       checkpoint_lib.Checkpointer(os.path.join(workdir, "checkpoints", "grpo")) as grpo_ckpt:
+    # Both phases are restored before anything is written: the global step the run resumes
+    # from is that of the newest checkpoint that could actually be read.
+    sft_start = _restore_phase(
+        sft_ckpt, learners.create_train_state(job.model, job.init_params(), config.sft.optimizer),
+        jax.random.PRNGKey(config.seed), phase="sft", seed=config.seed)
+    grpo_start = _restore_phase(
+        grpo_ckpt, learners.create_train_state(job.model, job.init_params(),
+                                               config.grpo.optimizer),
+        jax.random.PRNGKey(config.seed + 1), phase="grpo", seed=config.seed)
+    if grpo_start.step:
+      resume_step = job.sft_steps + grpo_start.step
+    else:
+      resume_step = sft_start.step or None
+    out = _Outputs(workdir, resume_step)
+    if resume_step is not None:
+      logging.info("Resuming from global step %d", resume_step)
+      print(f"Resuming {workdir} from step {resume_step}", flush=True)
 
-  sft_params = _run_sft(job, writer, audit)
-  grpo_params = _run_grpo(job, sft_params, writer, audit)
-  report = _final_report(job, sft_params, grpo_params, audit)
+    sft_params = _run_sft(job, sft_start, sft_ckpt, out)
+    del sft_start
+    grpo_params = _run_grpo(job, sft_params, grpo_start, grpo_ckpt, out)
+    del grpo_start
+  # Leaving the block waited for the last (asynchronous) saves.
+  report = _final_report(job, sft_params, grpo_params, out)
   report["wall_seconds_this_invocation"] = time.time() - start_time
   report["resumed_from_step"] = resume_step
-  writer.close()
+  out.close()
+  if not primary:
+    return report
 
   with open(os.path.join(workdir, "report.json"), "w") as f:
     json.dump(report, f, indent=2)
@@ -372,17 +451,3 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
       markers={"expert": heldout["expert"]["success"]})
   return report
 
-
-def _resume_step(workdir: str, sft_steps: int) -> int | None:
-  """The global step of the newest checkpoint in `workdir`, or None for a fresh run."""
-  root = os.path.join(workdir, "checkpoints")
-  steps = {}
-  for phase in ("sft", "grpo"):
-    directory = os.path.join(root, phase)
-    if os.path.isdir(directory):
-      numbered = [int(d) for d in os.listdir(directory) if d.isdigit()]
-      if numbered:
-        steps[phase] = max(numbered)
-  if "grpo" in steps:
-    return sft_steps + steps["grpo"]
-  return steps.get("sft")

@@ -10,6 +10,7 @@ import pytest
 
 from experiments.configs import calculator
 from rlagents import checkpoint
+from rlagents import guardrails
 from rlagents import rewards
 from rlagents import pipeline
 from rlagents.metrics import read_csv
@@ -73,6 +74,26 @@ def test_audit_log_has_every_episode_with_reward_terms(finished_run):
   assert record["prompt"].endswith("=?") and record["actions"]
 
 
+def _assert_same_metrics(expected_dir, actual_dir):
+  def rows(d):
+    return {(r["step"], r["name"]): r["value"] for r in read_csv(os.path.join(d, "metrics.csv"))
+            if not r["name"].startswith("time/")}
+  expected, actual = rows(expected_dir), rows(actual_dir)
+  assert sorted(actual) == sorted(expected)
+  for key, value in expected.items():
+    np.testing.assert_allclose(actual[key], value, rtol=1e-4, atol=1e-6, err_msg=str(key))
+
+
+def _assert_same_episodes(expected_dir, actual_dir, phases=("grpo", "curve_eval")):
+  def records(d):
+    path = os.path.join(d, "audit", "episodes.jsonl")
+    guardrails.verify_audit_log(path)
+    with open(path) as f:
+      return [(r["step"], r["phase"], r["prompt"], r["actions"], r["reward"])
+              for r in map(json.loads, f) if r["phase"] in phases]
+  assert records(actual_dir) == records(expected_dir)
+
+
 def _final_grpo_params(workdir, config):
   ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints", "grpo"))
   step = ckpt.latest_step()
@@ -97,6 +118,10 @@ def test_resume_continues_from_the_saved_step_and_matches(finished_run, tmp_path
   assert len(pairs) == len(set(pairs))
   resumed_steps = sorted(s for s, name in pairs if name == "grpo/loss")
   assert resumed_steps == sorted(_metric(workdir, "grpo/loss"))
+  # Every metric row (timings aside) is the uninterrupted run's, before and after the resume.
+  _assert_same_metrics(workdir, resumed)
+  # The audit log holds each GRPO episode once, the same episodes, and its hash chain holds.
+  _assert_same_episodes(workdir, resumed)
   # Data order, sampling keys and tool randomness depend on the step only, so the resumed run
   # ends with the same parameters as the uninterrupted one.
   original = _final_grpo_params(workdir, config)
@@ -105,19 +130,49 @@ def test_resume_continues_from_the_saved_step_and_matches(finished_run, tmp_path
                original, again)
 
 
-def test_corrupt_checkpoint_is_reported_in_one_line(finished_run, tmp_path):
+def _largest_file(directory):
+  files = [os.path.join(root, f) for root, _, names in os.walk(directory) for f in names]
+  return max(files, key=os.path.getsize)
+
+
+def test_corrupt_newest_checkpoint_is_reported_and_the_previous_one_used(finished_run, tmp_path):
   config, workdir, _ = finished_run
   broken = str(tmp_path / "broken")
   shutil.copytree(workdir, broken)
-  step_dir = os.path.join(broken, "checkpoints", "grpo", str(config.grpo.num_steps))
-  for root, _, files in os.walk(step_dir):
-    for name in files:
-      if "metadata" not in name:
-        with open(os.path.join(root, name), "wb") as f:
-          f.write(b"\0garbage")
-  with pytest.raises(checkpoint.CheckpointError, match="corrupt or unreadable") as info:
-    pipeline.train_and_evaluate(config, broken)
-  assert "\n" not in str(info.value) and str(config.grpo.num_steps) in str(info.value)
+  os.remove(os.path.join(broken, "report.json"))
+  last = config.grpo.num_steps
+  step_dir = os.path.join(broken, "checkpoints", "grpo", str(last))
+  data_file = _largest_file(os.path.join(step_dir, "state"))
+  with open(data_file, "r+b") as f:  # A disk filled up or a copy cut short.
+    f.truncate(os.path.getsize(data_file) // 3)
+  with pytest.warns(checkpoint.CheckpointWarning, match="falling back") as caught:
+    report = pipeline.train_and_evaluate(config, broken)
+  message = str(caught[0].message)
+  assert step_dir in message and "corrupt or unreadable" in message and "\n" not in message
+  saved_step = last - config.checkpoint_every
+  assert report["resumed_from_step"] == config.sft.num_steps + saved_step
+  # The corrupt step was set aside and written again by the resumed run, with the same values.
+  assert os.path.isdir(os.path.join(broken, "checkpoints", "grpo", f"corrupt-{last}"))
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+               _final_grpo_params(workdir, config), _final_grpo_params(broken, config))
+  rows = read_csv(os.path.join(broken, "metrics.csv"))
+  assert len({(r["step"], r["name"]) for r in rows}) == len(rows)
+
+
+def test_no_readable_checkpoint_is_a_one_line_error(finished_run, tmp_path):
+  config, workdir, _ = finished_run
+  broken = str(tmp_path / "broken")
+  shutil.copytree(workdir, broken)
+  grpo_dir = os.path.join(broken, "checkpoints", "grpo")
+  for step in os.listdir(grpo_dir):
+    os.remove(_largest_file(os.path.join(grpo_dir, step, "state")))
+  with pytest.warns(checkpoint.CheckpointWarning):
+    with pytest.raises(checkpoint.CheckpointError, match="no readable checkpoint in") as info:
+      pipeline.train_and_evaluate(config, broken)
+  assert "\n" not in str(info.value) and grpo_dir in str(info.value)
+  # Nothing was moved or overwritten: the steps stay for inspection.
+  assert sorted(os.listdir(grpo_dir)) == sorted(os.listdir(
+      os.path.join(workdir, "checkpoints", "grpo")))
 
 
 def test_a_different_config_on_the_same_workdir_is_refused(finished_run):

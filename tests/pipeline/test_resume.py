@@ -1,0 +1,159 @@
+"""Exact resume of the main job's GRPO phase: after an in-process stop, and after SIGKILL.
+
+The smoke config with a short SFT phase (30 steps; exactness does not need a good policy) and 10
+GRPO steps with a checkpoint every 5. Every run starts from a copy of one finished SFT phase, so
+only the GRPO phase runs.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from experiments.configs import calculator
+from rlagents import checkpoint
+from rlagents import guardrails
+from rlagents import pipeline
+from rlagents.metrics import read_csv
+from rlagents.pipeline import _agent_job
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The job's config for these tests, as command-line overrides of the smoke variant.
+OVERRIDES = {"sft.num_steps": 30, "grpo.num_steps": 10, "checkpoint_every": 5,
+             "eval.every_steps": 0}
+SFT_STEPS = 30
+
+
+def _config(**overrides):
+  values = calculator.get_config("smoke").to_dict()
+  for dotted, value in {**OVERRIDES, **overrides}.items():
+    *parents, leaf = dotted.split(".")
+    node = values
+    for name in parents:
+      node = node[name]
+    node[leaf] = value
+  return pipeline.config_from_dict(values)
+
+
+@pytest.fixture(scope="module")
+def sft_done(tmp_path_factory):
+  """A workdir holding only a finished SFT phase (its checkpoints and the task data)."""
+  workdir = str(tmp_path_factory.mktemp("sft") / "run")
+  _run_without_final_report(_config(**{"grpo.num_steps": 0}), workdir)
+  return workdir
+
+
+def _run_without_final_report(config, workdir):
+  """The job up to its final evaluation (which reads the checkpoints and changes nothing)."""
+  original = _agent_job._final_report
+  _agent_job._final_report = lambda job, *_: {"splits": {"heldout": {"expert": {"success": 0.}}}}
+  try:
+    return pipeline.train_and_evaluate(config, workdir)
+  finally:
+    _agent_job._final_report = original
+
+
+def _start_from(sft_done, workdir):
+  for name in ("data", os.path.join("checkpoints", "sft")):
+    shutil.copytree(os.path.join(sft_done, name), os.path.join(workdir, name))
+  return workdir
+
+
+@pytest.fixture(scope="module")
+def straight(sft_done, tmp_path_factory):
+  """10 GRPO steps without interruption."""
+  workdir = _start_from(sft_done, str(tmp_path_factory.mktemp("straight") / "run"))
+  _run_without_final_report(_config(), workdir)
+  return workdir
+
+
+def _grpo_params(workdir, step=10):
+  with checkpoint.Checkpointer(os.path.join(workdir, "checkpoints", "grpo")) as ckpt:
+    assert ckpt.latest_step() == step
+    return ckpt.restore(step)[0]["params"]
+
+
+def _assert_continues_like(straight_dir, resumed_dir):
+  """Identical parameters; metrics and audit records without a gap or a repeat."""
+  jax.tree.map(np.testing.assert_array_equal, _grpo_params(straight_dir),
+               _grpo_params(resumed_dir))
+  rows = {}
+  for d in (straight_dir, resumed_dir):
+    rows[d] = [(r["step"], r["name"], r["value"]) for r in read_csv(os.path.join(d, "metrics.csv"))
+               if not r["name"].startswith("time/")]
+  keys = [(s, n) for s, n, _ in rows[resumed_dir]]
+  assert len(keys) == len(set(keys))
+  assert sorted(rows[resumed_dir]) == sorted(rows[straight_dir])
+  # GRPO steps 4, 8 and 10 are logged (log_every=4) at global steps SFT_STEPS + step.
+  assert sorted(s for s, n in keys if n == "grpo/loss") == [SFT_STEPS + s for s in (4, 8, 10)]
+  records = {}
+  for d in (straight_dir, resumed_dir):
+    records[d] = [(r["step"], r["prompt"], r["actions"], r["reward"])
+                  for r in guardrails.read_audit_log(os.path.join(d, "audit", "episodes.jsonl"))
+                  if r["phase"] == "grpo"]
+  assert len(records[resumed_dir]) == 10 * 8 * 4
+  assert records[resumed_dir] == records[straight_dir]
+
+
+class _Stop(Exception):
+  pass
+
+
+def test_five_steps_stop_resume_five_equals_ten_straight(sft_done, straight, tmp_path):
+  workdir = _start_from(sft_done, str(tmp_path / "run"))
+  save = checkpoint.Checkpointer.save
+
+  def save_then_stop(self, step, state, metadata):
+    save(self, step, state, metadata)
+    if metadata["phase"] == "grpo" and step == 5:
+      raise _Stop  # The process is stopped right after its step-5 save was started.
+
+  checkpoint.Checkpointer.save = save_then_stop
+  try:
+    with pytest.raises(_Stop):
+      _run_without_final_report(_config(), workdir)
+  finally:
+    checkpoint.Checkpointer.save = save
+  # The asynchronous save was finished before the exception left the job.
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints", "grpo"))) == ["5"]
+  report = _run_without_final_report(_config(), workdir)
+  assert report["resumed_from_step"] == SFT_STEPS + 5
+  _assert_continues_like(straight, workdir)
+
+
+def _train_agent(workdir):
+  command = [sys.executable, "-m", "experiments.train_agent", f"--workdir={workdir}",
+             "--config=experiments/configs/calculator.py:smoke"]
+  command += [f"--config.{k}={v}" for k, v in OVERRIDES.items()]
+  env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
+  return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_sigkill_mid_grpo_then_restart_resumes_exactly(sft_done, straight, tmp_path):
+  workdir = _start_from(sft_done, str(tmp_path / "run"))
+  first_checkpoint = os.path.join(workdir, "checkpoints", "grpo", "5")
+  process = _train_agent(workdir)
+  deadline = time.time() + 300
+  while not os.path.isdir(first_checkpoint):
+    assert process.poll() is None, process.stdout.read()
+    assert time.time() < deadline, "no GRPO checkpoint within 300 s"
+    time.sleep(0.05)
+  process.send_signal(signal.SIGKILL)
+  process.wait()
+  assert process.returncode == -signal.SIGKILL
+  with checkpoint.Checkpointer(os.path.join(workdir, "checkpoints", "grpo")) as ckpt:
+    assert ckpt.latest_step() == 5  # Killed partway through GRPO.
+
+  process = _train_agent(workdir)
+  output, _ = process.communicate(timeout=600)
+  assert process.returncode == 0, output
+  assert f"Resuming {workdir} from step {SFT_STEPS + 5}" in output
+  _assert_continues_like(straight, workdir)
