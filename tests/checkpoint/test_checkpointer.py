@@ -223,3 +223,17 @@ def test_restoring_a_missing_step_names_it(tmp_path):
 def test_bad_max_to_keep(tmp_path):
   with pytest.raises(ValueError, match="max_to_keep"):
     checkpoint.Checkpointer(str(tmp_path), max_to_keep=0)
+
+
+def test_other_processes_fall_back_too_but_only_process_0_moves_files(tmp_path, monkeypatch):
+  ckpt = _saved(str(tmp_path), [1, 2])
+  _truncate_data(os.path.join(str(tmp_path), "2"))
+  monkeypatch.setattr(jax, "process_index", lambda: 1)
+  with pytest.warns(checkpoint.CheckpointWarning):
+    assert ckpt.restore_latest(_train_state(0)).step == 1
+  assert sorted(os.listdir(tmp_path)) == ["1", "2"]
+  monkeypatch.undo()
+  with pytest.warns(checkpoint.CheckpointWarning):
+    assert ckpt.restore_latest(_train_state(0)).step == 1
+  assert sorted(os.listdir(tmp_path)) == ["1", "corrupt-2"]
+  ckpt.close()

@@ -157,3 +157,39 @@ def test_sigkill_mid_grpo_then_restart_resumes_exactly(sft_done, straight, tmp_p
   assert process.returncode == 0, output
   assert f"Resuming {workdir} from step {SFT_STEPS + 5}" in output
   _assert_continues_like(straight, workdir)
+
+
+def test_only_process_0_writes_the_run_files(tmp_path, monkeypatch):
+  workdir = str(tmp_path / "run")
+  monkeypatch.setattr(jax, "process_index", lambda: 1)
+  _agent_job._check_workdir(_config(), workdir)
+  outputs = _agent_job._Outputs(workdir, resume_step=None)
+  outputs.metrics(1, {"loss": 1.0})
+  outputs.episodes([], phase="grpo", step=1)
+  outputs.close()
+  assert os.listdir(workdir) == []
+  monkeypatch.undo()
+  _agent_job._check_workdir(_config(), workdir)
+  outputs = _agent_job._Outputs(workdir, resume_step=None)
+  outputs.metrics(1, {"loss": 1.0})
+  outputs.close()
+  assert {"config.json", "metrics.csv", "audit"} <= set(os.listdir(workdir))
+  assert read_csv(os.path.join(workdir, "metrics.csv")) == [
+      {"step": 1, "name": "loss", "value": 1.0}]
+
+
+def test_a_resumed_run_does_not_write_a_step_again(tmp_path):
+  workdir = str(tmp_path)
+  outputs = _agent_job._Outputs(workdir, resume_step=None)
+  outputs.metrics(0, {"expert/train_success": 0.5})
+  outputs.metrics(7, {"loss": 2.0})
+  outputs.metrics(9, {"loss": 1.0})
+  outputs.close()
+  # Resumed from step 7: the row of step 9 is dropped, those of steps 0 and 7 are kept once
+  # even though the phase writes step 0 again.
+  outputs = _agent_job._Outputs(workdir, resume_step=7)
+  outputs.metrics(0, {"expert/train_success": 0.5})
+  outputs.metrics(8, {"loss": 1.5})
+  outputs.close()
+  rows = [(r["step"], r["name"]) for r in read_csv(os.path.join(workdir, "metrics.csv"))]
+  assert rows == [(0, "expert/train_success"), (7, "loss"), (8, "loss")]
