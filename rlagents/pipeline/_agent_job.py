@@ -208,7 +208,9 @@ def _restore_phase(checkpointer, state, key, *, phase: str, seed: int) -> _Phase
   if restored is None:
     return _PhaseStart(state, key, 0)
   tree, metadata = restored.state, restored.metadata
-  found = (metadata.get("phase"), metadata.get("step"), metadata.get("seed"), int(tree["step"]))
+  # Checkpoints written before the seed was recorded carry no "seed".
+  found = (metadata.get("phase"), metadata.get("step"), metadata.get("seed", seed),
+           int(tree["step"]))
   if found[:3] != (phase, restored.step, seed) or found[3] != restored.step:
     raise checkpoint_lib.CheckpointError(
         f"checkpoint {checkpointer.directory}/{restored.step} does not belong to this run: it "

@@ -237,3 +237,15 @@ def test_other_processes_fall_back_too_but_only_process_0_moves_files(tmp_path, 
     assert ckpt.restore_latest(_train_state(0)).step == 1
   assert sorted(os.listdir(tmp_path)) == ["1", "corrupt-2"]
   ckpt.close()
+
+
+def test_typed_prng_keys_round_trip(tmp_path):
+  # The control experiment's PPOState holds new-style typed keys, one per seed.
+  state = {"key": jax.random.split(jax.random.key(3), 4), "x": jnp.arange(4.0)}
+  with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
+    ckpt.save(1, state, {})
+  target = {"key": jax.random.split(jax.random.key(0), 4), "x": jnp.zeros(4)}
+  with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
+    restored = ckpt.restore_latest(target).state
+  np.testing.assert_array_equal(jax.random.key_data(restored["key"]),
+                                jax.random.key_data(state["key"]))

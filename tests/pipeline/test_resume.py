@@ -193,3 +193,22 @@ def test_a_resumed_run_does_not_write_a_step_again(tmp_path):
   outputs.close()
   rows = [(r["step"], r["name"]) for r in read_csv(os.path.join(workdir, "metrics.csv"))]
   assert rows == [(0, "expert/train_success"), (7, "loss"), (8, "loss")]
+
+
+def test_a_checkpoint_of_another_phase_or_seed_is_refused(tmp_path):
+  import optax  # pylint: disable=g-import-not-at-top
+  from flax.training import train_state  # pylint: disable=g-import-not-at-top
+  state = train_state.TrainState.create(apply_fn=None, params={"w": np.zeros(3, np.float32)},
+                                        tx=optax.sgd(0.1))
+  state = state.replace(step=4)
+  key = jax.random.PRNGKey(0)
+  with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
+    ckpt.save(4, _agent_job._state_tree(state, key),
+              _agent_job._checkpoint_metadata(_config(), "sft", 4))
+  with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
+    start = _agent_job._restore_phase(ckpt, state.replace(step=0), key, phase="sft", seed=0)
+    assert start.step == 4 and int(start.state.step) == 4
+    with pytest.raises(checkpoint.CheckpointError, match="expected phase 'grpo'"):
+      _agent_job._restore_phase(ckpt, state, key, phase="grpo", seed=0)
+    with pytest.raises(checkpoint.CheckpointError, match="seed 0.*expected.*seed 1"):
+      _agent_job._restore_phase(ckpt, state, key, phase="sft", seed=1)
