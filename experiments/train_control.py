@@ -26,10 +26,15 @@ import ml_collections
 import numpy as np
 from jax import lax
 
+from experiments import _cli
+from experiments.configs import control as control_configs
 from rlagents import checkpoint
 from rlagents import envs
 from rlagents import metrics as metrics_lib
 from rlagents.learners import ppo
+
+if __name__ == "__main__":
+  _cli.exit_on_bad_config(sys.argv, "control.py", control_configs.get_config)
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(os.path.dirname(__file__), "configs", "control.py"),

@@ -25,6 +25,7 @@ in the rolling means).
 """
 
 import dataclasses
+import difflib
 
 import ml_collections
 
@@ -38,8 +39,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   parts = [p for p in (arg or "").split(",") if p]
   unknown = [p for p in parts if p not in ENVS + OPTIONS]
   if unknown:
-    raise ValueError(f"unknown config variant(s) {unknown}; choose one of {ENVS} and "
-                     f"optionally {OPTIONS}, comma-separated")
+    close = difflib.get_close_matches(unknown[0], ENVS + OPTIONS, n=1)
+    hint = f", did you mean '{close[0]}'?" if close else ""
+    raise ValueError(f"unknown config variant(s) {unknown}{hint} (choose one of {ENVS} and "
+                     f"optionally {OPTIONS}, comma-separated)")
   env = "maze" if "maze" in parts else "cartpole"
   smoke = "smoke" in parts
 
