@@ -2,8 +2,8 @@
 
 Each notebook runs top to bottom with nbclient in its own kernel (cwd: a temp dir, the checkout on
 PYTHONPATH, so its install cell finds rlagents importable and installs nothing); its last code cell
-asserts the notebook's key result. A notebook added to colabs/ is picked up here; give it an
-entry in `_TIMEOUTS` if it runs long. Committed notebooks carry no outputs.
+asserts the notebook's key result. A notebook added to colabs/ is picked up here; add it to
+`_SLOW` if it runs over a minute. Committed notebooks carry no outputs.
 """
 
 import glob
