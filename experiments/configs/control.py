@@ -25,10 +25,10 @@ in the rolling means).
 """
 
 import dataclasses
-import difflib
 
 import ml_collections
 
+from experiments import _cli
 from rlagents.learners import ppo
 
 ENVS = ("cartpole", "maze")
@@ -39,8 +39,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   parts = [p for p in (arg or "").split(",") if p]
   unknown = [p for p in parts if p not in ENVS + OPTIONS]
   if unknown:
-    close = difflib.get_close_matches(unknown[0], ENVS + OPTIONS, n=1)
-    hint = f", did you mean '{close[0]}'?" if close else ""
+    hint = _cli.closest(unknown[0], ENVS + OPTIONS)
     raise ValueError(f"unknown config variant(s) {unknown}{hint} (choose one of {ENVS} and "
                      f"optionally {OPTIONS}, comma-separated)")
   env = "maze" if "maze" in parts else "cartpole"
