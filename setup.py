@@ -28,7 +28,9 @@ INSTALL_REQUIRES = [
 
 EXTRAS_REQUIRE = {
     # PyTorch only as the reference the Hugging Face checkpoint tests compare against.
-    "test": ["pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0"],
+    # nbclient, nbformat and ipykernel run the notebooks in colabs/ headless (tests/colabs).
+    "test": ["pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "nbclient>=0.10", "nbformat>=5.10",
+             "ipykernel>=6.29"],
     "cuda12": ["jax[cuda12]"],
     "tpu": ["jax[tpu]"],
 }

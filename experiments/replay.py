@@ -18,7 +18,9 @@ from rlagents import guardrails
 from rlagents import pipeline
 from rlagents.pipeline import _suites
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir.", required=True)
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "The run's workdir (its audit/episodes.jsonl and config.json are read).",
+    required=True)
 _LINE = flags.DEFINE_integer("line", 0, "Replay only this line of the log (1-based; 0: all).")
 
 

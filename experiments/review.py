@@ -16,7 +16,8 @@ import numpy as np
 from rlagents import guardrails
 from rlagents import tools
 
-_CODE = flags.DEFINE_string("code", "print('hello from the sandbox')", "The snippet to run.")
+_CODE = flags.DEFINE_string("code", "print('hello from the sandbox')",
+                            "The Python snippet to run in the sandbox once you approve it.")
 
 
 def main(argv):

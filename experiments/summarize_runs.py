@@ -1,6 +1,9 @@
 r"""Prints a Markdown table of several runs' `report.json` (e.g. seeds), median with min-max.
 
     python -m experiments.summarize_runs /tmp/seed0 /tmp/seed1 /tmp/seed2
+
+Usage: python -m experiments.summarize_runs WORKDIR [WORKDIR ...], each a finished
+`experiments.train_agent` workdir (it reads their report.json).
 """
 
 import json
@@ -41,6 +44,11 @@ def table(workdirs) -> str:
 
 
 if __name__ == "__main__":
-  if len(sys.argv) < 2:
-    sys.exit("usage: python -m experiments.summarize_runs WORKDIR [WORKDIR ...]")
+  if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help", "--helpfull"):
+    print(__doc__.strip())
+    sys.exit(0 if len(sys.argv) > 1 else "error: give one or more workdirs")
+  missing = [w for w in sys.argv[1:] if not os.path.exists(os.path.join(w, "report.json"))]
+  if missing:
+    sys.exit(f"error: no report.json in {', '.join(missing)} (a finished train_agent workdir "
+             f"holds one)")
   print(table(sys.argv[1:]))

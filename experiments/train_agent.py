@@ -36,8 +36,14 @@ if __name__ == "__main__":
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(os.path.dirname(__file__), "configs", "calculator.py"),
-    "Experiment config file, optionally with a variant after a colon.", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", "/tmp/rlagents_calc", "Where the run lives.")
+    "Experiment config file, optionally with a variant after a colon "
+    "(experiments/configs/calculator.py:smoke). Override any field with "
+    "--config.<field>=<value>, e.g. --config.grpo.kl_beta=0.04 --config.seed=1; the fields are "
+    "documented in rlagents.pipeline.AgentJobConfig.", lock_config=True)
+_WORKDIR = flags.DEFINE_string(
+    "workdir", "/tmp/rlagents_calc",
+    "Where the run lives: config, checkpoints, metrics.csv, tensorboard/, learning_curves.png, "
+    "audit/episodes.jsonl, report.json. Run again on the same workdir to resume.")
 
 
 def main(argv):

@@ -26,15 +26,27 @@ import ml_collections
 import numpy as np
 from jax import lax
 
+from experiments import _cli
+from experiments.configs import control as control_configs
 from rlagents import checkpoint
 from rlagents import envs
 from rlagents import metrics as metrics_lib
 from rlagents.learners import ppo
 
+if __name__ == "__main__":
+  _cli.exit_on_bad_config(sys.argv, "control.py", control_configs.get_config)
+
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(os.path.dirname(__file__), "configs", "control.py"),
-    "Experiment config file, optionally with variants after a colon.", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", "/tmp/ppo_control", "Where the run's files go.")
+    "Experiment config file, optionally with variants after a colon "
+    "(experiments/configs/control.py:maze,smoke; variants: cartpole, maze, smoke). Override any "
+    "field with --config.<field>=<value>, e.g. --config.ppo.learning_rate=1e-3 "
+    "--config.num_seeds=1; the ppo fields are documented in rlagents.learners.ppo.PPOConfig.",
+    lock_config=True)
+_WORKDIR = flags.DEFINE_string(
+    "workdir", "/tmp/ppo_control",
+    "Where the run's files go: config.json, metrics.csv, tensorboard/, learning_curve.png, "
+    "summary.json, checkpoints/.")
 
 
 def _chunk_fn(learner: ppo.PPOLearner, num_updates: int):

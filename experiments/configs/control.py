@@ -28,6 +28,7 @@ import dataclasses
 
 import ml_collections
 
+from experiments import _cli
 from rlagents.learners import ppo
 
 ENVS = ("cartpole", "maze")
@@ -38,8 +39,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   parts = [p for p in (arg or "").split(",") if p]
   unknown = [p for p in parts if p not in ENVS + OPTIONS]
   if unknown:
-    raise ValueError(f"unknown config variant(s) {unknown}; choose one of {ENVS} and "
-                     f"optionally {OPTIONS}, comma-separated")
+    hint = _cli.closest(unknown[0], ENVS + OPTIONS)
+    raise ValueError(f"unknown config variant(s) {unknown}{hint} (choose one of {ENVS} and "
+                     f"optionally {OPTIONS}, comma-separated)")
   env = "maze" if "maze" in parts else "cartpole"
   smoke = "smoke" in parts
 

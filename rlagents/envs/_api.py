@@ -31,7 +31,13 @@ class InvalidEnvironmentError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class DiscreteSpec:
-  """Integer values in `[0, num_values)`, of `shape` (`()` for one action, `(B,)` for a batch)."""
+  """Integer values in `[0, num_values)`, of `shape` (`()` for one action, `(B,)` for a batch).
+
+  Attributes:
+    num_values: how many distinct values (actions); >= 1.
+    shape: the shape of one value, `()` for a single action or `(B,)` for a batch.
+    dtype: the values' dtype.
+  """
   num_values: int
   shape: tuple[int, ...] = ()
   dtype: Any = jnp.int32
@@ -41,26 +47,51 @@ class DiscreteSpec:
       raise ValueError(f"DiscreteSpec.num_values must be >= 1, got {self.num_values}")
 
   def contains(self, x: jax.Array) -> jax.Array:
-    """Bool array, elementwise: `x` is a value of this spec (shape and dtype not checked)."""
+    """Bool array, elementwise: `x` is a value of this spec (shape and dtype not checked).
+
+    Args:
+      x: integer array of any shape.
+    """
     return (x >= 0) & (x < self.num_values)
 
   def batched(self, batch_size: int) -> "DiscreteSpec":
+    """The spec of `batch_size` stacked values: shape `(batch_size, *shape)`.
+
+    Args:
+      batch_size: the new leading axis.
+    """
     return dataclasses.replace(self, shape=(batch_size, *self.shape))
 
 
 @dataclasses.dataclass(frozen=True)
 class BoxSpec:
-  """Real arrays of `shape` with elementwise bounds `low` and `high` (may be infinite)."""
+  """Real arrays of `shape` with elementwise bounds `low` and `high` (may be infinite).
+
+  Attributes:
+    shape: the shape of one observation, e.g. `(4,)`.
+    low: lower bound, a scalar or an array broadcastable to `shape`.
+    high: upper bound, likewise.
+    dtype: the arrays' dtype.
+  """
   shape: tuple[int, ...]
   low: Any = -np.inf
   high: Any = np.inf
   dtype: Any = jnp.float32
 
   def contains(self, x: jax.Array) -> jax.Array:
-    """Bool scalar: every element of `x` lies within the bounds."""
+    """Bool scalar: every element of `x` lies within the bounds.
+
+    Args:
+      x: array broadcastable against the bounds.
+    """
     return jnp.all((x >= jnp.asarray(self.low)) & (x <= jnp.asarray(self.high)))
 
   def batched(self, batch_size: int) -> "BoxSpec":
+    """The spec of `batch_size` stacked arrays: shape `(batch_size, *shape)`.
+
+    Args:
+      batch_size: the new leading axis.
+    """
     return dataclasses.replace(self, shape=(batch_size, *self.shape))
 
 
@@ -69,12 +100,31 @@ class Environment(abc.ABC):
 
   @abc.abstractmethod
   def reset(self, key: jax.Array) -> tuple[State, jax.Array]:
-    """Samples an initial state; returns `(state, obs)`."""
+    """Samples an initial state; returns `(state, obs)`.
+
+    Args:
+      key: a JAX PRNG key.
+
+    Returns:
+      `(state, obs)`: the environment's state (a pytree) and the first observation, of
+      `observation_spec().shape`.
+    """
 
   @abc.abstractmethod
   def step(self, state: State, action: jax.Array,
            key: jax.Array) -> tuple[State, jax.Array, jax.Array, jax.Array, Info]:
-    """One transition; returns `(state, obs, reward, done, info)`, with `info["truncated"]`."""
+    """One transition; returns `(state, obs, reward, done, info)`, with `info["truncated"]`.
+
+    Args:
+      state: the state `reset` or the previous `step` returned.
+      action: an action of `action_spec()` (shape `()` for one env, `[B]` for a batch).
+      key: a JAX PRNG key for the transition's randomness (unused by deterministic envs).
+
+    Returns:
+      `(state, obs, reward, done, info)`: obs of `observation_spec().shape`, float32 reward and
+      bool done of the action's shape, and a dict with at least `"truncated"` (bool, the episode
+      hit its time limit rather than a terminal state).
+    """
 
   @abc.abstractmethod
   def observation_spec(self) -> BoxSpec:
@@ -95,6 +145,17 @@ def check_action(spec: DiscreteSpec, action, env_name: str) -> jax.Array:
   Shape and dtype are checked while tracing, so a wrong one fails under `jit` too. The value is
   checked when it is concrete (eager calls); under `jit` or `vmap` use `CheckedActions`, which
   checks at run time.
+
+  Args:
+    spec: the environment's action spec.
+    action: the action, of `spec.shape`, integer (or bool) dtype.
+    env_name: names the environment in the error message.
+
+  Returns:
+    The action as an array of `spec.dtype`.
+
+  Raises:
+    ValueError: naming the wrong shape, dtype or out-of-range value.
   """
   action = jnp.asarray(action)
   if action.shape != spec.shape:
@@ -110,6 +171,9 @@ def check_action(spec: DiscreteSpec, action, env_name: str) -> jax.Array:
 
 def check_environment(env: Environment) -> None:
   """Traces `reset` and `step` once (no compute) and checks them against the API and the specs.
+
+  Args:
+    env: the environment to check.
 
   Raises:
     InvalidEnvironmentError: a function is not jittable (it converts a traced value to Python),

@@ -20,6 +20,15 @@ from rlagents.envs import _api
 
 @flax.struct.dataclass
 class CartPoleState:
+  """The cart-pole's state (float32 scalars, as in gymnasium).
+
+  Attributes:
+    x: cart position.
+    x_dot: cart velocity.
+    theta: pole angle from vertical, radians.
+    theta_dot: pole angular velocity.
+    time: int32, steps taken in this episode.
+  """
   x: jax.Array
   x_dot: jax.Array
   theta: jax.Array
@@ -34,6 +43,17 @@ class CartPole(_api.Environment):
   Observation `[x, x_dot, theta, theta_dot]` (float32). Reward 1 for every step, the terminating
   one included. The episode terminates when |x| > 2.4 or |theta| > 12 degrees, and is truncated
   after `max_episode_steps` steps. Reset draws all four state variables from U(-0.05, 0.05).
+
+  Attributes:
+    gravity: m/s^2.
+    masscart: cart mass.
+    masspole: pole mass.
+    length: half the pole's length.
+    force_mag: the push's force.
+    tau: seconds per step (Euler integration).
+    theta_threshold_radians: the episode terminates beyond this angle.
+    x_threshold: and beyond this cart position.
+    max_episode_steps: time limit; the step that reaches it is truncated.
   """
   gravity: float = 9.8
   masscart: float = 1.0

@@ -23,6 +23,10 @@ class GymnaxEnv(_api.Environment):
   Only discrete action spaces and array observations are supported. With gymnax >= 1.0 a step is
   truncated where `env.is_truncated` says so; with older gymnax, whose `step_env` folds the time
   limit into `done`, a step that ends at the time limit counts as truncated.
+
+  Args:
+    env: a gymnax environment with a discrete action space and array observations.
+    params: its `EnvParams`; None uses `env.default_params`.
   """
   env: Any
   params: Any = None

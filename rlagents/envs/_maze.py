@@ -37,6 +37,13 @@ _MOVES = np.array([[-1, 0], [0, 1], [1, 0], [0, -1]], np.int32)
 
 @flax.struct.dataclass
 class KeyDoorMazeState:
+  """The maze's state.
+
+  Attributes:
+    position: `[2]` int32, row and column.
+    has_key: bool scalar, the key has been picked up.
+    time: int32 scalar, steps taken in this episode.
+  """
   position: jax.Array  # [2] int32, row and column
   has_key: jax.Array  # bool
   time: jax.Array  # steps taken in this episode

@@ -16,6 +16,13 @@ def make(name: str, **kwargs) -> _api.Environment:
   """Builds an environment: a built-in name (`ENVIRONMENTS`) or 'gymnax/<gymnax id>'.
 
   Keyword arguments go to the constructor (e.g. `make('KeyDoorMaze-v0', max_episode_steps=100)`).
+
+  Args:
+    name: e.g. 'CartPole-v1', 'KeyDoorMaze-v0' or 'gymnax/Acrobot-v1'.
+    **kwargs: the environment's constructor arguments.
+
+  Raises:
+    InvalidEnvironmentError: an unknown name (the message lists the valid ones).
   """
   if name in _BUILT_IN:
     return _BUILT_IN[name](**kwargs)

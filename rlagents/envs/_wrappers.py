@@ -17,7 +17,11 @@ from rlagents.envs import _api
 
 @dataclasses.dataclass(frozen=True)
 class Wrapper(_api.Environment):
-  """Passes everything to `env`; subclasses override what they change."""
+  """Passes everything to `env`; subclasses override what they change.
+
+  Args:
+    env: the wrapped environment (any `Environment`, wrappers included).
+  """
   env: _api.Environment
 
   def reset(self, key):
@@ -50,6 +54,9 @@ class AutoReset(Wrapper):
   keys are folded from `key` where they are used; so a deterministic env with no episode ending
   draws no random numbers in that step (on CPU each draw is a small loop). Under `vmap` the cond
   becomes a select and both branches run.
+
+  Args:
+    env: the environment, one or a batch (`VmapEnv`); `done` is `[]` or `[B]`.
   """
 
   def step(self, state, action, key):
@@ -67,6 +74,13 @@ class AutoReset(Wrapper):
 
 @flax.struct.dataclass
 class EpisodeStatisticsState:
+  """The state of `EpisodeStatistics`.
+
+  Attributes:
+    env_state: the wrapped environment's state.
+    episode_return: `[]` or `[B]` float32, the current episodes' returns so far.
+    episode_length: `[]` or `[B]` int32, their steps so far.
+  """
   env_state: _api.State
   episode_return: jax.Array
   episode_length: jax.Array
@@ -76,7 +90,11 @@ class EpisodeStatisticsState:
 class EpisodeStatistics(Wrapper):
   """Adds `info["episode_return"]` and `info["episode_length"]`: the running totals of the current
   episode including this step, so where `done` they are the finished episode's. Wrap it around
-  `AutoReset` (it restarts the totals where `done`); works on one env or a batch."""
+  `AutoReset` (it restarts the totals where `done`); works on one env or a batch.
+
+  Args:
+    env: the environment, usually `AutoReset(VmapEnv(...))`.
+  """
 
   def reset(self, key):
     state, obs = self.env.reset(key)
@@ -99,6 +117,10 @@ class VmapEnv(Wrapper):
   """`num_envs` independent copies stepped together; one key in, split inside (if used).
 
   Observations, rewards, dones and actions gain a leading `[num_envs]` axis, and so do the specs.
+
+  Args:
+    env: one environment.
+    num_envs: how many copies, >= 1.
   """
   num_envs: int = 1
 
@@ -136,6 +158,9 @@ class CheckedActions(Wrapper):
   an invalid one raises a ValueError naming it (under `jit` it arrives wrapped in a
   `JaxRuntimeError` whose message contains it). The callback costs time: leave it out of
   training runs.
+
+  Args:
+    env: the environment whose actions are checked.
   """
 
   def step(self, state, action, key):
@@ -154,5 +179,10 @@ class CheckedActions(Wrapper):
 
 
 def wrap_for_training(env: _api.Environment, num_envs: int) -> EpisodeStatistics:
-  """The stack a learner uses: `EpisodeStatistics(AutoReset(VmapEnv(env, num_envs)))`."""
+  """The stack a learner uses: `EpisodeStatistics(AutoReset(VmapEnv(env, num_envs)))`.
+
+  Args:
+    env: one environment.
+    num_envs: parallel copies; observations become `[num_envs, ...]`, actions `[num_envs]`.
+  """
   return EpisodeStatistics(AutoReset(VmapEnv(env, num_envs=num_envs)))

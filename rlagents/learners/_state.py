@@ -42,6 +42,11 @@ class OptimizerConfig:
 
 
 def make_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
+  """AdamW with warm-up, cosine decay and gradient clipping, as `config` says.
+
+  Args:
+    config: the optimizer settings.
+  """
   if config.decay_steps:
     schedule = optax.warmup_cosine_decay_schedule(
         0.0, config.learning_rate, max(config.warmup_steps, 1),
@@ -56,6 +61,14 @@ def make_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
 
 
 def create_train_state(model, params, config: OptimizerConfig) -> train_state.TrainState:
+  """A flax `TrainState` for `model` (its `apply`), `params` and the optimizer of `config`.
+
+  Args:
+    model: a Flax module, e.g. `networks.Transformer`.
+    params: its parameters (the state takes them over; pass a copy to keep the originals, since
+      the update steps donate the state's buffers).
+    config: the optimizer settings.
+  """
   return train_state.TrainState.create(
       apply_fn=model.apply, params=params, tx=make_optimizer(config))
 

@@ -85,6 +85,14 @@ def grpo_loss(params, apply_fn, ref_params, batch, *, config: GRPOConfig, max_le
   """The GRPO objective on a batch whose `advantages` [N] are already computed.
 
   Returns `(loss, metrics)`; `max_len` is the constant of the 'seq_sum_max_len' aggregation.
+
+  Args:
+    params: the policy's parameters (differentiated).
+    apply_fn: the model's apply function.
+    ref_params: the KL reference's parameters (unused when `config.kl_beta` is 0).
+    batch: `tokens` [N, T] int32, `loss_mask` [N, T], `old_logprobs` [N, T], `advantages` [N].
+    config: the GRPO settings.
+    max_len: see above.
   """
   tokens, mask = batch["tokens"], batch["loss_mask"]
   logp = _state.forward_logprobs(apply_fn, params, tokens)
@@ -118,6 +126,9 @@ def make_grpo_step(config: GRPOConfig):
 
   `batch` holds `tokens` [N, T] int32, `loss_mask` [N, T] float32, `old_logprobs` [N, T] (the
   sampler's) and `rewards` [N], with N = prompts * group_size and each group contiguous.
+
+  Args:
+    config: the GRPO settings (advantage estimator, policy loss, aggregation, KL).
   """
 
   def update(state, ref_params, batch):
@@ -141,6 +152,12 @@ class MicrobatchedGRPOStep:
   micro-batches of `microbatch_size` rows, trims each to its own length (rounded up to
   `length_multiple`, so few shapes compile), and sums the micro-batch gradients, each weighted
   by its share of the aggregation's denominator, so the result equals the whole-batch gradient.
+
+  Args:
+    config: the GRPO settings.
+    microbatch_size: episodes per micro-batch.
+    length_multiple: micro-batches are trimmed to a multiple of this many tokens (fewer shapes
+      to compile).
   """
 
   def __init__(self, config: GRPOConfig, *, microbatch_size: int, length_multiple: int = 32):

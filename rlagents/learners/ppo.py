@@ -142,7 +142,16 @@ class PPOConfig:
 
 @flax.struct.dataclass
 class PPOState:
-  """Everything an update reads and writes; a pytree, so it jits, vmaps and checkpoints."""
+  """Everything an update reads and writes; a pytree, so it jits, vmaps and checkpoints.
+
+  Attributes:
+    params: the actor-critic's parameters.
+    opt_state: the optimizer's state.
+    env_state: the batched environments' state.
+    obs: `[num_envs, D]`, the observation the next step acts on.
+    key: the PRNG key of the next rollout.
+    update_step: int32 scalar, updates done.
+  """
   params: Any
   opt_state: Any
   env_state: Any
@@ -153,7 +162,22 @@ class PPOState:
 
 @flax.struct.dataclass
 class Transition:
-  """One step of `num_envs` environments (a leading `[num_steps]` axis once collected)."""
+  """One step of `num_envs` environments (a leading `[num_steps]` axis once collected).
+
+  Each field is `[num_envs]` or `[num_envs, D]` (`[num_steps, ...]` once collected).
+
+  Attributes:
+    obs: the observation acted on.
+    action: the sampled action.
+    logp: its log-probability under the acting policy.
+    reward: the reward of the step.
+    done: the episode ended (terminated or truncated).
+    truncated: it ended at the time limit.
+    truncation_value: V(final obs) where truncated, bootstrapped in GAE; None when not used.
+    episode_return: the running return, the finished episode's where done.
+    episode_length: likewise its length.
+    success: `info["success"]` where the env reports it, else None.
+  """
   obs: jax.Array
   action: jax.Array
   logp: jax.Array
@@ -168,6 +192,18 @@ class Transition:
 
 @flax.struct.dataclass
 class Minibatch:
+  """A shuffled slice of the flattened rollout that one gradient step uses.
+
+  Each field is `[minibatch_size]` or `[minibatch_size, D]`.
+
+  Attributes:
+    obs: observations.
+    action: actions taken.
+    logp: their log-probabilities when sampled.
+    value: the value estimates when sampled (for value clipping).
+    advantage: GAE advantages.
+    target: value targets (advantage + value).
+  """
   obs: jax.Array
   action: jax.Array
   logp: jax.Array
@@ -252,6 +288,11 @@ def make_learner(config: PPOConfig, env: envs.Environment | None = None) -> PPOL
   Raises:
     InvalidEnvironmentError: the env's `reset`/`step` are not jittable or break their specs.
     ValueError: the env's observations are not flat or its actions not discrete.
+
+  Args:
+    config: the PPO settings.
+    env: the environment (unbatched; the learner vmaps `config.num_envs` copies); None builds
+      `envs.make(config.env_name)`.
   """
   env = envs.make(config.env_name) if env is None else env
   _check_env(env)
@@ -399,6 +440,10 @@ def make_train(config: PPOConfig,
 
   Pure and unjitted: `jax.jit(train)` for one seed, `jax.jit(jax.vmap(train))` for many. Each
   metric is a `[num_updates]` array (see `make_learner`).
+
+  Args:
+    config: the PPO settings.
+    env: as in `make_learner`.
   """
   learner = make_learner(config, env)
 
@@ -418,6 +463,14 @@ def rolling_episode_mean(episode_mean: np.ndarray, episodes: np.ndarray,
   each point averages the most recent updates that together hold at least `window` episodes (all
   of them while fewer have ended): for returns, the rolling mean that Stable-Baselines3 logs as
   `ep_rew_mean`, rounded up to whole updates. NaN before the first episode ends.
+
+  Args:
+    episode_mean: `[..., num_updates]` per-update means (NaN where no episode ended).
+    episodes: `[..., num_updates]` episodes that ended in each update.
+    window: episodes per rolling mean.
+
+  Returns:
+    `[..., num_updates]` float64.
   """
   episode_mean = np.asarray(episode_mean, np.float64)
   episodes = np.asarray(episodes, np.float64)

@@ -50,7 +50,13 @@ def sft_loss(params, apply_fn, tokens: jax.Array, loss_mask: jax.Array):
 
 
 def sft_update(state, batch, key=None):
-  """One optimizer step; pure `(state, batch, key) -> (state, metrics)`."""
+  """One optimizer step; pure `(state, batch, key) -> (state, metrics)`.
+
+  Args:
+    state: the `TrainState`.
+    batch: `tokens` [B, T] int32 and `loss_mask` [B, T] float32.
+    key: unused (the step is deterministic); kept for the common update signature.
+  """
   del key  # deterministic
   grad_fn = jax.value_and_grad(sft_loss, has_aux=True)
   (_, metrics), grads = grad_fn(state.params, state.apply_fn, batch["tokens"], batch["loss_mask"])
@@ -59,6 +65,11 @@ def sft_update(state, batch, key=None):
 
 
 def global_norm(tree) -> jax.Array:
+  """The global L2 norm of every leaf of `tree` (e.g. gradients), a scalar.
+
+  Args:
+    tree: a pytree of arrays.
+  """
   return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(tree)))
 
 

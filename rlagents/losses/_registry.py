@@ -48,6 +48,10 @@ def get_advantage_estimator(name: str) -> AdvantageEstimator:
   Returns:
     `estimator(rewards, *, group_size, epsilon=1e-6) -> [N] advantages`; estimators without a std
     ('dr_grpo', 'rloo') accept and ignore `epsilon`.
+
+  Args:
+    name: a key of `ADVANTAGE_ESTIMATORS`; an unknown one raises a ValueError
+      listing the valid ones.
   """
   _validation.check_choice(name, ADVANTAGE_ESTIMATORS, "advantage estimator")
   return _ADVANTAGE_ESTIMATORS[name]
@@ -59,6 +63,10 @@ def get_policy_loss(name: str) -> Callable[..., tuple[jax.Array, dict[str, jax.A
   Returns:
     `loss_fn(logp, old_logp, advantages, loss_mask, *, clip_low, clip_high, dual_clip,
     aggregation, max_len) -> (loss, metrics)`.
+
+  Args:
+    name: 'ppo' or 'gspo' (`POLICY_LOSSES`); an unknown one raises a ValueError
+      listing the valid ones.
   """
   _validation.check_choice(name, POLICY_LOSSES, "policy loss")
   return functools.partial(_policy.policy_gradient_loss, variant=name)
@@ -69,6 +77,10 @@ def get_kl_estimator(name: str) -> Callable[[ArrayLike, ArrayLike], jax.Array]:
 
   Returns:
     `kl_fn(logp, ref_logp) -> per-token KL estimates`.
+
+  Args:
+    name: a key of `KL_ESTIMATORS`; an unknown one raises a ValueError
+      listing the valid ones.
   """
   _validation.check_choice(name, KL_ESTIMATORS, "KL estimator")
   return functools.partial(_kl.kl_divergence, estimator=name)
@@ -81,6 +93,10 @@ def get_aggregation(name: str) -> Callable[..., jax.Array]:
 
   Returns:
     `aggregate_fn(values, loss_mask, *, max_len=None) -> scalar`.
+
+  Args:
+    name: a key of `AGGREGATIONS`; an unknown one raises a ValueError
+      listing the valid ones.
   """
   _validation.check_choice(name, AGGREGATIONS, "aggregation")
   return functools.partial(_aggregation.aggregate_loss, aggregation=name)

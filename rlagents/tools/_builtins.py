@@ -20,7 +20,11 @@ MAX_OBSERVATION_CHARS = 600
 
 
 def words(text: str) -> list[str]:
-  """Lower-case ascii words: the unit of search and of the text detectors."""
+  """Lower-case ascii words: the unit of search and of the text detectors.
+
+  Args:
+    text: any text.
+  """
   return _WORD.findall(text.lower())
 
 
@@ -29,6 +33,11 @@ class DocumentSearchTool:
 
   The observation lists the best `top_k` passages as `[passage_id] text`, one a line; the
   retrieval suite checks that an answer is grounded in one of them.
+
+  Args:
+    corpus: passage id -> passage text.
+    top_k: passages per observation.
+    name: the name the agent writes in a call.
   """
 
   def __init__(self, corpus: Mapping[str, str], *, top_k: int = 2, name: str = "search"):
@@ -68,7 +77,11 @@ class DocumentSearchTool:
 
 
 def describe_run(result: sandbox.SandboxResult) -> str:
-  """A short observation of a sandbox run: violations first, then exit status and output."""
+  """A short observation of a sandbox run: violations first, then exit status and output.
+
+  Args:
+    result: what `rlagents.sandbox` returned.
+  """
   lines = [f"violation: {v.kind}: {v.detail}" for v in result.violations]
   lines.append(f"exit {result.returncode}")
   output = (result.stdout + result.stderr).strip()
@@ -78,7 +91,13 @@ def describe_run(result: sandbox.SandboxResult) -> str:
 
 
 class PythonRunnerTool:
-  """Runs a Python snippet in the sandbox; the observation is its output and any violation."""
+  """Runs a Python snippet in the sandbox; the observation is its output and any violation.
+
+  Args:
+    limits: the sandbox's CPU, memory, process, file and output limits.
+    files: file name -> contents, pinned read-only in the sandbox's directory (None: none).
+    name: the name the agent writes in a call.
+  """
 
   def __init__(self, *, limits: sandbox.SandboxLimits = sandbox.SandboxLimits(),
                files: Mapping[str, str] | None = None, name: str = "python"):
@@ -119,7 +138,16 @@ sys.exit(1 if failed or not passed else 0)
 
 def run_pinned_tests(solution: str, tests: Mapping[str, str], *,
                      limits: sandbox.SandboxLimits) -> sandbox.SandboxResult:
-  """Runs the pinned `tests` (name -> source, names `test_*.py`) against `solution.py`."""
+  """Runs the pinned `tests` (name -> source, names `test_*.py`) against `solution.py`.
+
+  Args:
+    solution: the source of `solution.py`.
+    tests: test file name -> source.
+    limits: the sandbox's limits.
+
+  Returns:
+    The sandbox's result (exit status, output, violations).
+  """
   modules = []
   for name in tests:
     if not re.fullmatch(r"test_[a-z0-9_]+\.py", name):
@@ -135,6 +163,11 @@ class UnitTestRunnerTool:
 
   The tests are pinned: any attempt to change them is a `pinned_file` violation in the
   observation, which the test-tampering detector reads.
+
+  Args:
+    tests: test file name (`test_*.py`) -> source, pinned and checked by hash.
+    limits: the sandbox's limits.
+    name: the name the agent writes in a call; its argument is the solution's source.
   """
 
   def __init__(self, tests: Mapping[str, str], *,

@@ -11,6 +11,10 @@ class CalculatorTool:
 
   The transient failures make retrying a skill worth learning: a call that fails with
   `error: busy, retry` succeeds with probability `1 - failure_rate` when made again.
+
+  Args:
+    failure_rate: probability in [0, 1) that a call fails with `error: busy, retry`.
+    name: the name the agent writes in a call.
   """
 
   def __init__(self, *, failure_rate: float = 0.0, name: str = "calc"):

@@ -23,6 +23,9 @@ def parse_json_tool_call(text: str) -> _protocol.ToolCall:
   Raises:
     MalformedToolCall: not JSON, not an object, or missing a string `name` or object
       `arguments`; the message says which.
+
+  Args:
+    text: the text between `<tool_call>` and `</tool_call>`.
   """
   try:
     value = json.loads(text)
@@ -49,6 +52,11 @@ def validate_arguments(schema: Mapping[str, Any], value: Any, path: str = "argum
 
   Raises:
     ToolError: naming the first offending path.
+
+  Args:
+    schema: the JSON schema.
+    value: the decoded arguments.
+    path: names `value` in the error message.
   """
   expected = schema.get("type")
   if expected is not None:
@@ -87,6 +95,11 @@ def decode_arguments(spec: _protocol.ToolSpec, arguments: str) -> dict[str, Any]
 
   Raises:
     ToolError: the arguments do not match `spec.parameters`.
+
+  Args:
+    spec: the tool's spec; `spec.parameters` is an object schema.
+    arguments: the call's argument text (a JSON object, or plain text for a single string
+      property).
   """
   schema = spec.parameters
   stripped = arguments.strip()

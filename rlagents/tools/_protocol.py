@@ -66,13 +66,26 @@ class Tool(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class ToolCall:
+  """A parsed call.
+
+  Attributes:
+    name: the tool's name.
+    arguments: the argument text between the parentheses (or the JSON `arguments`).
+  """
   name: str
   arguments: str
 
 
 @dataclasses.dataclass(frozen=True)
 class ToolResult:
-  """The outcome of one call: its status and the observation text the agent reads."""
+  """The outcome of one call: its status and the observation text the agent reads.
+
+  Attributes:
+    call: the parsed call; None when the call text did not parse.
+    status: what happened (OK, MALFORMED, UNKNOWN_TOOL, INVALID_ARGUMENTS, TRANSIENT_ERROR, DENIED).
+    observation: the text appended between `<obs>` and `</obs>`; errors start with `error:`.
+    guardrail: the guardrail's decision ('allowed', or the reason for a refusal).
+  """
   call: ToolCall | None
   status: CallStatus
   observation: str
@@ -89,6 +102,9 @@ def parse_tool_call(text: str) -> ToolCall:
 
   Raises:
     MalformedToolCall: when the text is not of that form.
+
+  Args:
+    text: e.g. 'calc(347*29+5)'.
   """
   match = _CALL_PATTERN.fullmatch(text.strip())
   if match is None:
@@ -129,7 +145,12 @@ class ToolBox:
     return tuple(tool.spec for tool in self._tools.values())
 
   def execute(self, call_text: str, rng: np.random.Generator) -> ToolResult:
-    """Parses and runs one call; every failure becomes an `error: ...` observation."""
+    """Parses and runs one call; every failure becomes an `error: ...` observation.
+
+    Args:
+      call_text: the text between `<call>` and `</call>`.
+      rng: host generator for the tool's own randomness (busy failures).
+    """
     try:
       call = self.parser(call_text)
     except MalformedToolCall as e:
@@ -155,4 +176,9 @@ class ToolBox:
     return name in self._tools
 
   def spec(self, name: str) -> ToolSpec:
+    """The spec of the tool called `name`.
+
+    Args:
+      name: a registered tool's name.
+    """
     return self._tools[name].spec
