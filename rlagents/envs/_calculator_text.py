@@ -15,8 +15,9 @@ detect the call, run the tool, append, continue, answer) compiles into one progr
 
 Rewards follow `rlagents.rewards` term for term (the answer verified as
 `tasks.calculator.parse_answer` reads it; a useful call is an OK call whose value is the
-answer; a redundant call repeats the arguments of an earlier OK call; recovery is a failed call
-and a correct answer). The tool's values are int32: see `tools.JaxCalculator`.
+answer; a redundant call repeats the arguments of an earlier OK call; an invalid call is one
+the tool could not run for a reason other than being busy; recovery is a busy call and a
+correct answer). The tool's values are int32: see `tools.JaxCalculator`.
 """
 
 import dataclasses
@@ -292,10 +293,12 @@ class CalculatorTextEnv:
                            | (w >= episode.call_text_length[:, None, None]), axis=-1))
     earlier_ok = ok[None, :] & (index[None, :] < index[:, None])
     redundant = ok & jnp.any(same_text & earlier_ok, axis=1)
-    failed = jnp.any(made & ~ok)
+    busy = episode.call_status == _jax_calculator.TRANSIENT_ERROR
+    invalid = made & ~ok & ~busy  # malformed, unknown tool or rejected arguments
     return {
         "correct_answer": episode.correct.astype(jnp.float32),
         "correct_tool_call": episode.useful_call.astype(jnp.float32),
         "redundant_calls": redundant.sum().astype(jnp.float32),
-        "recovery": (failed & episode.correct).astype(jnp.float32),
+        "invalid_calls": invalid.sum().astype(jnp.float32),
+        "recovery": (jnp.any(busy) & episode.correct).astype(jnp.float32),
     }

@@ -6,6 +6,7 @@ from rlagents.learners._state import OptimizerConfig
 from rlagents.learners.grpo import GRPOConfig
 from rlagents.learners.grpo import make_grpo_step
 from rlagents.learners.grpo import MicrobatchedGRPOStep
+from rlagents.learners.grpo_jit import make_jit_grpo_step
 from rlagents.learners.sft import make_sft_step
 from rlagents.learners.sft import SFTConfig
 
@@ -16,6 +17,7 @@ __all__ = [
     "SFTConfig",
     "create_train_state",
     "make_grpo_step",
+    "make_jit_grpo_step",
     "make_optimizer",
     "make_sft_step",
 ]

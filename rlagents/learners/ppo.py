@@ -23,10 +23,11 @@ drawn at once (Gumbel-max sampling); the critic runs after the rollout on the wh
 `envs.AutoReset` resets only in steps where an episode ended; minibatches are shuffled by sorting
 one packed array (`_permutation`); the optimizer works on one flat vector (`optax.flatten`).
 
-Not here yet: data parallelism across devices. The update is a pure `PPOState -> PPOState`
-function, so the `rlagents/parallel` package (being built in another issue) can wrap it with a
-`lax.pmean` over a 'data' axis; until then several devices can only run independent seeds
-(`jax.pmap(train)`).
+Data parallelism across devices: `make_learner(..., axis_name='data', num_devices=n)` builds the
+same update for one of `n` devices, each stepping `num_envs / n` environments, with gradients and
+metrics averaged over the named axis (`lax.pmean`), so parameters stay identical on every device;
+`make_data_parallel_train(config, num_devices=n)` wraps it with `jax.pmap` (one seed, its batch
+split across devices). Independent seeds per device are `jax.pmap(make_train(config))`.
 """
 
 import dataclasses
@@ -218,7 +219,7 @@ class PPOLearner:
 
   Attributes:
     config: the settings.
-    env: the training stack, `wrap_for_training(env, config.num_envs)`.
+    env: the training stack, `wrap_for_training(env, num_envs / num_devices)`.
     network: the `ActorCritic` module.
     optimizer: clip_by_global_norm then Adam with the (annealed) learning rate, on the flattened
       parameters.
@@ -270,14 +271,41 @@ def _permutation(key: jax.Array, n: int) -> jax.Array:
   return (lax.sort(packed) & index_mask).astype(jnp.int32)
 
 
-def _masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
-  """Mean of `values` where `mask`; NaN where nothing is selected (no episode ended)."""
-  count = mask.sum()
-  return jnp.where(count > 0, (values * mask).sum() / jnp.maximum(count, 1), jnp.nan)
+def _masked_mean(values: jax.Array, mask: jax.Array, reduce=lambda x: x) -> jax.Array:
+  """Mean of `values` where `mask`; NaN where nothing is selected (no episode ended).
+
+  `reduce` sums the totals over devices (`lax.psum`) in data-parallel training.
+  """
+  count = reduce(mask.sum())
+  total = reduce((values * mask).sum())
+  return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
 
 
-def make_learner(config: PPOConfig, env: envs.Environment | None = None) -> PPOLearner:
+def _local_num_envs(config: PPOConfig, num_devices: int) -> int:
+  """Environments per device when `config`'s batch is split across `num_devices`."""
+  if num_devices < 1:
+    raise ValueError(f"num_devices must be >= 1, got {num_devices}")
+  if config.num_envs % num_devices:
+    raise ValueError(
+        f"PPOConfig.num_envs = {config.num_envs} is not divisible by the device count "
+        f"{num_devices}: each device steps num_envs / devices environments of the batch.")
+  local_batch = config.batch_size // num_devices
+  if local_batch % config.num_minibatches:
+    raise ValueError(
+        f"PPOConfig: each of the {num_devices} devices holds {local_batch} transitions of the "
+        f"batch, not divisible by num_minibatches = {config.num_minibatches}.")
+  return config.num_envs // num_devices
+
+
+def make_learner(config: PPOConfig, env: envs.Environment | None = None, *,
+                 axis_name: str | None = None, num_devices: int = 1) -> PPOLearner:
   """Builds PPO's `init` and `update` for `env` (default `envs.make(config.env_name)`).
+
+  With `axis_name`, `init` and `update` run on one of `num_devices` devices mapped over that
+  axis (`jax.pmap(..., axis_name=...)` or shard_map): each steps `num_envs / num_devices`
+  environments; parameters are initialised alike on every device, the environments and the
+  sampling noise differ; gradients and metrics are averaged over the axis (advantages are
+  normalised per device's minibatch).
 
   The metrics of an update (scalars): 'env_steps' (after it), 'episodes' (that ended during its
   rollout), 'episode_return' / 'episode_length' (their means, NaN when none ended),
@@ -287,16 +315,24 @@ def make_learner(config: PPOConfig, env: envs.Environment | None = None) -> PPOL
 
   Raises:
     InvalidEnvironmentError: the env's `reset`/`step` are not jittable or break their specs.
-    ValueError: the env's observations are not flat or its actions not discrete.
+    ValueError: the env's observations are not flat or its actions not discrete, or the batch
+      does not split evenly across `num_devices`.
 
   Args:
     config: the PPO settings.
-    env: the environment (unbatched; the learner vmaps `config.num_envs` copies); None builds
-      `envs.make(config.env_name)`.
+    env: the environment (unbatched; the learner vmaps `num_envs / num_devices` copies); None
+      builds `envs.make(config.env_name)`.
+    axis_name: the device axis to average gradients and metrics over, or None on one device.
+    num_devices: the number of devices mapped over `axis_name`.
   """
+  if axis_name is None and num_devices != 1:
+    raise ValueError(f"num_devices = {num_devices} needs an axis_name to reduce over")
+  num_envs = _local_num_envs(config, num_devices)
+  batch_size = num_envs * config.num_steps
+  minibatch_size = batch_size // config.num_minibatches
   env = envs.make(config.env_name) if env is None else env
   _check_env(env)
-  batched_env = envs.wrap_for_training(env, config.num_envs)
+  batched_env = envs.wrap_for_training(env, num_envs)
   num_actions = env.action_spec().num_values
   network = mlp.ActorCritic(num_actions=num_actions,
                             hidden_sizes=config.hidden_sizes, activation=config.activation)
@@ -315,8 +351,18 @@ def make_learner(config: PPOConfig, env: envs.Environment | None = None) -> PPOL
                                         optax.adam(learning_rate, eps=config.adam_eps)))
   has_success = "success" in _info_keys(env)
 
+  def per_device(key):
+    return key if axis_name is None else jax.random.fold_in(key, lax.axis_index(axis_name))
+
+  def mean_over_devices(tree):
+    return tree if axis_name is None else lax.pmean(tree, axis_name)
+
+  def sum_over_devices(x):
+    return x if axis_name is None else lax.psum(x, axis_name)
+
   def init(key: jax.Array) -> PPOState:
     network_key, env_key, key = jax.random.split(key, 3)
+    env_key, key = per_device(env_key), per_device(key)
     params = network.init(network_key, jnp.zeros(env.observation_spec().shape,
                                                  env.observation_spec().dtype))
     env_state, obs = batched_env.reset(env_key)
@@ -345,7 +391,7 @@ def make_learner(config: PPOConfig, env: envs.Environment | None = None) -> PPOL
 
   def minibatch_step(carry, batch: Minibatch):
     params, opt_state = carry
-    grads, metrics = jax.grad(loss_fn, has_aux=True)(params, batch)
+    grads, metrics = mean_over_devices(jax.grad(loss_fn, has_aux=True)(params, batch))
     metrics["grad_norm"] = optax.global_norm(grads)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     return (optax.apply_updates(params, updates), opt_state), metrics
@@ -362,7 +408,7 @@ def make_learner(config: PPOConfig, env: envs.Environment | None = None) -> PPOL
     # instead of one per step. The critic runs afterwards, on the whole trajectory in one batch;
     # only the value of the observation where an episode was cut is taken in the loop, in the
     # (rare) steps with a cut.
-    gumbel_noise = jax.random.gumbel(action_key, (config.num_steps, config.num_envs, num_actions))
+    gumbel_noise = jax.random.gumbel(action_key, (config.num_steps, num_envs, num_actions))
     step_keys = jax.random.split(env_key, config.num_steps)
     del action_key, env_key
 
@@ -401,14 +447,14 @@ def make_learner(config: PPOConfig, env: envs.Environment | None = None) -> PPOL
           gae_lambda=config.gae_lambda, bootstrap_value=last_value)
 
     # UPDATE
-    flat = jax.tree.map(lambda x: x.reshape(config.batch_size, *x.shape[2:]), Minibatch(
+    flat = jax.tree.map(lambda x: x.reshape(batch_size, *x.shape[2:]), Minibatch(
         obs=trajectory.obs, action=trajectory.action, logp=trajectory.logp, value=values,
         advantage=advantages, target=targets))
 
     def epoch(carry, epoch_key):
-      order = _permutation(epoch_key, config.batch_size)
+      order = _permutation(epoch_key, batch_size)
       minibatches = jax.tree.map(
-          lambda x: x[order].reshape(config.num_minibatches, config.minibatch_size,
+          lambda x: x[order].reshape(config.num_minibatches, minibatch_size,
                                      *x.shape[1:]), flat)
       return lax.scan(minibatch_step, carry, minibatches)
 
@@ -420,11 +466,12 @@ def make_learner(config: PPOConfig, env: envs.Environment | None = None) -> PPOL
     metrics["learning_rate"] = jnp.float32(
         learning_rate(state.update_step * minibatch_updates_per_update))
     metrics["env_steps"] = (state.update_step + 1) * config.batch_size
-    metrics["episodes"] = trajectory.done.sum()
-    metrics["episode_return"] = _masked_mean(trajectory.episode_return, trajectory.done)
-    metrics["episode_length"] = _masked_mean(trajectory.episode_length, trajectory.done)
+    done = trajectory.done
+    metrics["episodes"] = sum_over_devices(done.sum())
+    metrics["episode_return"] = _masked_mean(trajectory.episode_return, done, sum_over_devices)
+    metrics["episode_length"] = _masked_mean(trajectory.episode_length, done, sum_over_devices)
     if has_success:
-      metrics["episode_success"] = _masked_mean(trajectory.success, trajectory.done)
+      metrics["episode_success"] = _masked_mean(trajectory.success, done, sum_over_devices)
     state = PPOState(params=params, opt_state=opt_state, env_state=env_state, obs=last_obs,
                      key=key, update_step=state.update_step + 1)
     return state, metrics
@@ -450,6 +497,43 @@ def make_train(config: PPOConfig,
   def train(key: jax.Array) -> tuple[PPOState, Metrics]:
     return lax.scan(lambda state, _: learner.update(state), learner.init(key), None,
                     config.num_updates)
+
+  return train
+
+
+def make_data_parallel_train(
+    config: PPOConfig, env: envs.Environment | None = None, *, num_devices: int,
+    axis_name: str = "data") -> Callable[[jax.Array], tuple[PPOState, Metrics]]:
+  """One seed trained data-parallel on `num_devices` local devices: `train(key)`, compiled.
+
+  Each device steps `config.num_envs / num_devices` environments and the gradients are averaged
+  over the devices (see `make_learner`), so the run does `config`'s work per update. Returns
+  `(state, metrics)`: the state has a leading `[num_devices]` axis (its parameters are the same
+  on every device); the metrics are `[num_updates]` arrays, already reduced over devices.
+
+  Raises:
+    ValueError: `num_envs` (or the batch per device) does not split evenly across
+      `num_devices`, or fewer devices are present.
+  """
+  _local_num_envs(config, num_devices)
+  available = jax.local_device_count()
+  if num_devices > available:
+    raise ValueError(f"num_devices = {num_devices}, but only {available} local device(s) are "
+                     f"present (on CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N).")
+  learner = make_learner(config, env, axis_name=axis_name, num_devices=num_devices)
+
+  def train_on_device(key: jax.Array) -> tuple[PPOState, Metrics]:
+    return lax.scan(lambda state, _: learner.update(state), learner.init(key), None,
+                    config.num_updates)
+
+  mapped = jax.pmap(train_on_device, axis_name=axis_name,
+                    devices=jax.local_devices()[:num_devices])
+
+  def train(key: jax.Array) -> tuple[PPOState, Metrics]:
+    # The same key on every device: equal parameters; `init` folds in the device index for
+    # the environments and the sampling noise.
+    state, metrics = mapped(jnp.stack([key] * num_devices))
+    return state, jax.tree.map(lambda x: x[0], metrics)
 
   return train
 

@@ -36,6 +36,7 @@ import tensorflow_datasets as tfds
 import tqdm
 
 from rlagents import checkpoint as checkpoint_lib
+from rlagents import envs
 from rlagents import evaluation
 from rlagents import guardrails
 from rlagents import learners
@@ -314,6 +315,8 @@ def _run_grpo(job: _Job, sft_params, start: _PhaseStart, checkpointer, out: _Out
                                         grpo.optimizer)
   if start.step >= grpo.num_steps:
     return state.params
+  if config.rollout_mode == "jit":
+    return _run_grpo_jit(job, state, key, start.step, sft_params, checkpointer, out)
 
   if grpo.microbatch_size:
     update = learners.MicrobatchedGRPOStep(grpo, microbatch_size=grpo.microbatch_size)
@@ -356,6 +359,45 @@ def _run_grpo(job: _Job, sft_params, start: _PhaseStart, checkpointer, out: _Out
                  "time/step_s": time.perf_counter() - t0}
       out.metrics(global_step, metrics)
       bar.set_postfix(success=f"{summary['success']:.2f}", reward=f"{summary['mean_reward']:.2f}")
+    if config.eval.every_steps and done % config.eval.every_steps == 0:
+      success = _curve_eval(job, state.params, global_step, out)
+      bar.write(f"GRPO step {done}: heldout success {success:.3f}")
+    if done % config.checkpoint_every == 0 or done == grpo.num_steps:
+      checkpointer.save(done, _state_tree(state, key), _checkpoint_metadata(config, "grpo", done))
+  return state.params
+
+
+def _run_grpo_jit(job: _Job, state, key, start: int, sft_params, checkpointer,
+                  out: _Outputs) -> Any:
+  """GRPO's loop with each step one compiled program (`rollout_mode="jit"`).
+
+  The same prompts per step, reference, logging, curve evaluation and checkpoints as the host
+  loop; the rollouts, reward and update run in `learners.make_jit_grpo_step` on the in-jit
+  calculator (`envs.CalculatorTextEnv`, with the job's tool failure rate).
+  """
+  config, grpo = job.config, job.config.grpo
+  train = job.splits["train"]
+  env = envs.CalculatorTextEnv.from_tasks(
+      train, job.tokenizer, max_length=config.rollout.max_length,
+      max_tool_calls=config.rollout.max_tool_calls,
+      max_segment_tokens=config.rollout.max_segment_tokens,
+      failure_rate=config.tool_failure_rate)
+  step_fn = learners.make_jit_grpo_step(job.model, env, config.rollout, grpo, config.reward)
+  bar = tqdm.trange(start, grpo.num_steps, desc="GRPO (jit)", initial=start,
+                    total=grpo.num_steps, dynamic_ncols=True)
+  for step in bar:
+    t0 = time.perf_counter()
+    rng = _rng(config.seed, _PHASE_IDS["grpo"], step)
+    prompt_ids = rng.choice(len(train), grpo.prompts_per_step, replace=False)
+    state, metrics, _ = step_fn(state, sft_params, prompt_ids, jax.random.fold_in(key, step))
+    done = step + 1
+    global_step = job.sft_steps + done
+    if done % config.log_every == 0 or done == grpo.num_steps:
+      metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+      metrics["time/step_s"] = time.perf_counter() - t0
+      out.metrics(global_step, metrics)
+      bar.set_postfix(success=f"{metrics['train/success']:.2f}",
+                      reward=f"{metrics['train/mean_reward']:.2f}")
     if config.eval.every_steps and done % config.eval.every_steps == 0:
       success = _curve_eval(job, state.params, global_step, out)
       bar.write(f"GRPO step {done}: heldout success {success:.3f}")

@@ -24,6 +24,7 @@ from rlagents.tasks.retrieval import RetrievalSuiteConfig
 from rlagents.tasks.scripted_policies import POLICIES
 
 TASKS = ("calculator", "retrieval", "codefix")
+ROLLOUT_MODES = ("host", "jit")
 
 
 class ConfigError(ValueError):
@@ -88,6 +89,11 @@ class AgentJobConfig:
     codefix: the code-fix suite.
     suite_reward: penalty weights of the retrieval and code-fix rewards.
     scripted_policy: the policy of the scripted suites (`scripted_policies.POLICIES`).
+    rollout_mode: how GRPO samples its training episodes (calculator task): "host" runs the
+      tool in Python between jitted sampling calls, through the guardrails, and audits every
+      episode; "jit" runs each whole step (multi-turn rollouts with the in-jit calculator,
+      reward, update) as one compiled program (`learners.make_jit_grpo_step`); its training
+      episodes bypass the guardrails and the audit log (evaluation stays on the host path).
   """
   seed: int = 0
   task: str = "calculator"
@@ -107,8 +113,12 @@ class AgentJobConfig:
   eval: EvalConfig = EvalConfig()
   checkpoint_every: int = 100
   log_every: int = 10
+  rollout_mode: str = "host"
 
   def __post_init__(self):
+    if self.rollout_mode not in ROLLOUT_MODES:
+      raise ValueError(f"rollout_mode must be one of {', '.join(ROLLOUT_MODES)}, got "
+                       f"{self.rollout_mode!r}")
     if self.task not in TASKS:
       raise ValueError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
     if self.scripted_policy not in POLICIES:

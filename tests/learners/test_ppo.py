@@ -111,3 +111,31 @@ def test_rolling_episode_mean_hand_worked():
   # Leading axes (seeds) are kept; NaN until an episode ends.
   out = ppo.rolling_episode_mean(np.array([[np.nan, 5.0]]), np.array([[0, 1]]), window=3)
   np.testing.assert_allclose(out, [[np.nan, 5.0]])
+
+
+def test_data_parallel_keeps_parameters_equal_across_devices_and_learns():
+  # The CartPole budget above with its 8 environments split over 2 devices (4 each).
+  train = ppo.make_data_parallel_train(CARTPOLE, num_devices=2)
+  state, metrics = jax.device_get(train(jax.random.key(0)))
+  leaves = jax.tree.leaves(state.params)
+  for leaf in leaves:
+    np.testing.assert_array_equal(leaf[0], leaf[1])  # gradients averaged over 'data'
+  assert not np.array_equal(state.obs[0], state.obs[1])  # the devices step different envs
+  np.testing.assert_array_equal(metrics["env_steps"][-1], CARTPOLE.num_updates
+                                * CARTPOLE.batch_size)
+  rolling = ppo.rolling_episode_mean(metrics["episode_return"], metrics["episodes"], window=20)
+  assert rolling[-1] > 200, rolling[-1]
+
+
+@pytest.mark.parametrize("num_envs, num_devices, message", [
+    (6, 4, "num_envs = 6 is not divisible by the device count 4"),
+    (8, 8, r"each of the 8 devices holds 32 transitions of the batch, not divisible by "
+           r"num_minibatches = 64"),
+    (8, 16, "num_envs = 8 is not divisible by the device count 16"),
+    (16, 16, "only 8 local device"),
+])
+def test_data_parallel_rejects_a_batch_that_does_not_split(num_envs, num_devices, message):
+  config = dataclasses.replace(CARTPOLE, num_envs=num_envs,
+                               num_minibatches=64 if num_envs == 8 and num_devices == 8 else 2)
+  with pytest.raises(ValueError, match=message):
+    ppo.make_data_parallel_train(config, num_devices=num_devices)

@@ -37,3 +37,57 @@ def test_jit_rollout_equals_the_host_rollout_for_the_same_key():
   np.testing.assert_array_equal(ours.loss_mask, host.loss_mask)
   np.testing.assert_allclose(ours.logprobs, host.logprobs, atol=1e-5)
   assert host.loss_mask.sum() > 0
+
+
+def _scripted_episode(env, task_index, segments):
+  """Runs `segments` (texts the policy would write) through the in-jit environment."""
+  episode = env.reset(task_index)
+  for text in segments:
+    if not episode.active:
+      break
+    ids = np.asarray(TOKENIZER.encode(text, add_special_tokens=False), np.int32)
+    start = int(episode.length)
+    tokens = np.asarray(episode.tokens).copy()
+    tokens[start:start + len(ids)] = ids
+    generated = np.zeros(env.max_length, bool)
+    generated[start:start + len(ids)] = True
+    stop = int(ids[-1]) if int(ids[-1]) in env.stop_tokens else -1
+    segment = envs.Segment(tokens=tokens, length=np.int32(start + len(ids)),
+                           logprobs=np.zeros(env.max_length, np.float32),
+                           generated_mask=generated, stop_token=np.int32(stop))
+    episode = env.step(episode, segment, jax.random.PRNGKey(0))
+  return episode
+
+
+# Each script: what the policy writes, turn by turn, for the task 12+7 = 19.
+SCRIPTS = {
+    "a useful call, then the answer": ["<call>calc(12+7)</call>", "<answer>19</answer>"],
+    "no call, right answer": ["<answer>19</answer>"],
+    "wrong answer": ["<call>calc(12+7)</call>", "<answer>18</answer>"],
+    "a repeated call": ["<call>calc(12+7)</call>", "<call> calc(12+7)</call>",
+                        "<answer>19</answer>"],
+    "malformed and unknown-tool calls": ["<call>calc(12+</call>", "<call>add(1,2)</call>",
+                                         "<answer>19</answer>"],
+    "no stop marker": ["19"],
+    "more calls than allowed": ["<call>calc(1+1)</call>"] * 4,
+}
+
+
+def test_in_jit_reward_terms_equal_the_host_reward_terms():
+  from rlagents import rewards  # pylint: disable=g-import-not-at-top
+  task = tasks.CalculatorTask(task_id="t", expression="12+7", answer=19, split="train",
+                              num_operands=2, max_digits=2)
+  env = envs.CalculatorTextEnv.from_tasks([task], TOKENIZER, max_length=160, max_tool_calls=3,
+                                          max_segment_tokens=32)
+  toolbox = tools.ToolBox([tools.CalculatorTool()])
+  for name, segments in SCRIPTS.items():
+    host = rollout.Episode(task)
+    for text in segments:
+      if rollout.advance(host, text, toolbox=toolbox, rng=np.random.default_rng(0),
+                         max_tool_calls=3) is None:
+        break
+    rollout.end_unanswered(host)
+    expected = rewards.reward_terms(host, tasks.is_correct)
+    ours = jax.device_get(env.reward_terms(_scripted_episode(env, 0, segments)))
+    assert set(ours) == set(rewards.TERMS), name
+    assert {k: float(v) for k, v in ours.items()} == expected, name
