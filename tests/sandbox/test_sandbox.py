@@ -116,6 +116,65 @@ def test_a_fork_bomb_is_contained():
   assert "process" in result.violation_kinds
 
 
+# `_posixsubprocess.fork_exec` forks without the "subprocess.Popen" audit event, so this bomb
+# walks past the audit hook's tripwire: only the kernel's RLIMIT_NPROC (for the unprivileged
+# user the child runs as) stops it. Each child sleeps, so the processes pile up until fork fails.
+_UNAUDITED_FORK_BOMB = """
+import _posixsubprocess, os, sys
+started = 0
+def spawn():
+  read, write = os.pipe()
+  common = (['/bin/sleep', '30'], [b'/bin/sleep'], True, (), None, None, -1, -1, -1, -1, -1,
+            -1, read, write, False, False)
+  for tail in ((-1, None, None, None, -1, None, False), (-1, None, None, None, -1, None)):
+    try:
+      return _posixsubprocess.fork_exec(*common, *tail)
+    except TypeError:
+      continue
+  raise RuntimeError('unknown fork_exec signature')
+try:
+  while True:
+    spawn()
+    started += 1
+    print(started, flush=True)
+finally:
+  print('stopped after', started, flush=True)
+"""
+
+
+def _processes_of(uid):
+  count = 0
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      if os.stat(f"/proc/{pid}").st_uid == uid:
+        count += 1
+    except FileNotFoundError:
+      pass
+  return count
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="RLIMIT_NPROC binds per user; needs the drop to "
+                    "an unprivileged user, which needs root")
+def test_a_fork_bomb_past_the_audit_hook_is_stopped_by_rlimit_nproc(canary):
+  import pwd  # pylint: disable=g-import-not-at-top
+  nobody = pwd.getpwnam(LIMITS.drop_to_user).pw_uid
+  before = _processes_of(nobody)
+  result = _run(_UNAUDITED_FORK_BOMB)
+  # The hook saw nothing (no "process" report on its channel); the kernel refused the fork.
+  assert not any(v.kind == "process" and v.detail.startswith(("os.", "subprocess"))
+                 for v in result.violations), result.violations
+  assert "process" in result.violation_kinds, result
+  assert "BlockingIOError" in result.stderr
+  started = int(result.stdout.split("stopped after")[1])
+  # The child itself is one of the user's processes, so fewer than the limit could start.
+  assert 0 < started < LIMITS.max_processes
+  # The whole process group was killed at the end: no sleeper survives the run.
+  deadline = time.monotonic() + 2
+  while _processes_of(nobody) > before and time.monotonic() < deadline:
+    time.sleep(0.05)
+  assert _processes_of(nobody) <= before
+
+
 @pytest.mark.parametrize("bomb", ["x = bytearray(2**33)",
                                   "x = []\nwhile True:\n  x.append(bytearray(2**20))"])
 def test_a_memory_bomb_is_contained(bomb):
