@@ -14,6 +14,7 @@ from rlagents.learners import GRPOConfig
 from rlagents.learners import OptimizerConfig
 from rlagents.learners import SFTConfig
 from rlagents.networks import TransformerConfig
+from rlagents.rewards import ProxyDriftConfig
 from rlagents.rewards import RewardConfig
 from rlagents.rewards import SuiteRewardConfig
 from rlagents.rollout import RolloutConfig
@@ -88,6 +89,13 @@ class AgentJobConfig:
     codefix: the code-fix suite.
     suite_reward: penalty weights of the retrieval and code-fix rewards.
     scripted_policy: the policy of the scripted suites (`scripted_policies.POLICIES`).
+    diversity_weight: weight of the diversity penalty in the GRPO reward: each episode loses
+      `diversity_weight` times the share of its group that wrote the same text
+      (`rewards.diversity_penalty`). 0 leaves the reward as it is.
+    proxy_drift: the monitor that, at each evaluation point of GRPO, compares the training
+      reward with calibration-split success and raises an alarm when the reward keeps rising
+      and calibration success does not (`rewards.ProxyDriftMonitor`); alarms go to the metrics
+      (`alarm/proxy_drift`) and the report (`proxy_drift`).
   """
   seed: int = 0
   task: str = "calculator"
@@ -107,8 +115,12 @@ class AgentJobConfig:
   eval: EvalConfig = EvalConfig()
   checkpoint_every: int = 100
   log_every: int = 10
+  diversity_weight: float = 0.0
+  proxy_drift: ProxyDriftConfig = ProxyDriftConfig()
 
   def __post_init__(self):
+    if self.diversity_weight < 0:
+      raise ValueError(f"diversity_weight must be >= 0, got {self.diversity_weight}")
     if self.task not in TASKS:
       raise ValueError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
     if self.scripted_policy not in POLICIES:
