@@ -25,10 +25,14 @@ class ReplaySuite:
     task_from_dict: rebuilds a task from the record's `task` field.
     make_toolbox: `make_toolbox(task)` -> the tools of that episode (deterministic ones).
     score: `score(episode)` -> `(reward, reward_terms)`.
+    group_terms: weights of reward terms that depend on the episode's whole group (the
+      diversity penalty) and so cannot be recomputed from one episode: their logged values
+      are taken as logged and subtracted with these weights.
   """
   task_from_dict: Callable[[Mapping[str, Any]], Any]
   make_toolbox: Callable[[Any], tools_lib.ToolBox]
   score: Callable[[_episode.Episode], tuple[float, dict[str, float]]]
+  group_terms: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +108,8 @@ def replay_record(record: Mapping[str, Any], suite: ReplaySuite, *,
     return ReplayReport(False, f"answer {episode.answer!r}, logged {record['answer']!r}", None,
                         logged_reward)
   reward, terms = suite.score(episode)
+  for name, weight in suite.group_terms.items():
+    reward -= weight * record["reward_terms"].get(name, 0.0)
   for name, value in terms.items():
     logged = record["reward_terms"].get(name)
     if logged is None or not math.isclose(value, logged, abs_tol=tolerance):

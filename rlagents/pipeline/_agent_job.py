@@ -95,6 +95,8 @@ class _Job:
         self.model, self.tokenizer,
         dataclasses.replace(config.rollout, temperature=config.eval.temperature))
     self.sft_steps = config.sft.num_steps
+    # Watches GRPO's evaluation points; a resumed run starts a fresh window.
+    self.drift_monitor = rewards.ProxyDriftMonitor(config.proxy_drift)
 
   # ---- shared pieces ----
 
@@ -291,18 +293,47 @@ def _run_sft(job: _Job, start: _PhaseStart, checkpointer, out: _Outputs) -> Any:
   return state.params
 
 
-def _curve_eval(job: _Job, params, global_step: int, out: _Outputs) -> float:
+def _curve_eval(job: _Job, params, global_step: int, out: _Outputs,
+                split: str = "heldout") -> float:
   config = job.config
-  tasks = job.splits["heldout"][:config.eval.curve_tasks]
+  tasks = job.splits[split][:config.eval.curve_tasks]
+  # The heldout curve keeps its original stream; other splits draw from their own.
+  rng_path = () if split == "heldout" else (EVAL_SPLITS.index(split),)
   batch = job.policy_episodes(params, tasks, key=jax.random.PRNGKey(config.seed + 7),
-                              rng=_rng(config.seed, _PHASE_IDS["eval"], global_step),
+                              rng=_rng(config.seed, _PHASE_IDS["eval"], global_step, *rng_path),
                               sampler=job.sampler_eval)
   summary = evaluation.summarize_episodes(batch.episodes)
-  out.metrics(global_step, {f"eval/heldout_{k}": v for k, v in summary.items()
+  out.metrics(global_step, {f"eval/{split}_{k}": v for k, v in summary.items()
                             if isinstance(v, float)})
   out.episodes(batch.episodes, phase="curve_eval", step=global_step, policy="policy",
-               split="heldout")
+               split=split)
   return summary["success"]
+
+
+def _apply_diversity_penalty(episodes, group_size: int, weight: float) -> None:
+  """Subtracts `weight * rewards.diversity_penalty(group)` from each episode of each group."""
+  for start in range(0, len(episodes), group_size):
+    group = episodes[start:start + group_size]
+    for episode, penalty in zip(group, rewards.diversity_penalty(group)):
+      episode.reward_terms["diversity"] = penalty
+      episode.reward -= weight * penalty
+
+
+def _watch_proxy_drift(job: _Job, params, global_step: int, train_rewards,
+                       out: _Outputs) -> None:
+  """At an evaluation point: calibration success vs the mean training reward since the last one.
+
+  Feeds `job.drift_monitor`; writes `eval/calibration_success`, `train/reward_since_eval` and
+  `alarm/proxy_drift` (1 when the monitor fires) to the metrics.
+  """
+  calibration = _curve_eval(job, params, global_step, out, split="calibration")
+  train_reward = float(np.mean(train_rewards))
+  alarm = job.drift_monitor.update(global_step, train_reward, calibration)
+  out.metrics(global_step, {"train/reward_since_eval": train_reward,
+                            "alarm/proxy_drift": float(alarm)})
+  if alarm:
+    logging.warning("proxy drift at step %d: training reward rose to %.3f while calibration "
+                    "success stayed at %.3f", global_step, train_reward, calibration)
 
 
 def _run_grpo(job: _Job, sft_params, start: _PhaseStart, checkpointer, out: _Outputs) -> Any:
@@ -323,6 +354,7 @@ def _run_grpo(job: _Job, sft_params, start: _PhaseStart, checkpointer, out: _Out
   else:
     update = learners.make_grpo_step(grpo)
   train = job.splits["train"]
+  rewards_since_eval = []
   bar = tqdm.trange(start.step, grpo.num_steps, desc="GRPO", initial=start.step,
                     total=grpo.num_steps, dynamic_ncols=True)
   for step in bar:
@@ -332,6 +364,9 @@ def _run_grpo(job: _Job, sft_params, start: _PhaseStart, checkpointer, out: _Out
     group_tasks = [task for task in prompts for _ in range(grpo.group_size)]
     rollout = job.policy_episodes(state.params, group_tasks,
                                   key=jax.random.fold_in(key, step), rng=rng)
+    if config.diversity_weight:
+      _apply_diversity_penalty(rollout.episodes, grpo.group_size, config.diversity_weight)
+    rewards_since_eval.extend(e.reward for e in rollout.episodes)
     t_rollout = time.perf_counter() - t0
     batch = {
         "tokens": rollout.tokens,
@@ -362,6 +397,8 @@ def _run_grpo(job: _Job, sft_params, start: _PhaseStart, checkpointer, out: _Out
     if config.eval.every_steps and done % config.eval.every_steps == 0:
       success = _curve_eval(job, state.params, global_step, out)
       bar.write(f"GRPO step {done}: heldout success {success:.3f}")
+      _watch_proxy_drift(job, state.params, global_step, rewards_since_eval, out)
+      rewards_since_eval = []
     if done % config.checkpoint_every == 0 or done == grpo.num_steps:
       checkpointer.save(done, _state_tree(state, key), _checkpoint_metadata(config, "grpo", done))
   return state.params
@@ -479,6 +516,8 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
   report = _final_report(job, sft_params, grpo_params, out)
   report["wall_seconds_this_invocation"] = time.time() - start_time
   report["resumed_from_step"] = resume_step
+  report["proxy_drift"] = {"points": len(job.drift_monitor.history),
+                           "alarm_steps": list(job.drift_monitor.alarms)}
   out.close()
   if not primary:
     return report

@@ -14,6 +14,7 @@ from rlagents.learners import GRPOConfig
 from rlagents.learners import OptimizerConfig
 from rlagents.learners import SFTConfig
 from rlagents.networks import TransformerConfig
+from rlagents.rewards import ProxyDriftConfig
 from rlagents.rewards import RewardConfig
 from rlagents.rewards import SuiteRewardConfig
 from rlagents.rollout import RolloutConfig
@@ -94,6 +95,13 @@ class AgentJobConfig:
       episode; "jit" runs each whole step (multi-turn rollouts with the in-jit calculator,
       reward, update) as one compiled program (`learners.make_jit_grpo_step`); its training
       episodes bypass the guardrails and the audit log (evaluation stays on the host path).
+    diversity_weight: weight of the diversity penalty in the GRPO reward: each episode loses
+      `diversity_weight` times the share of its group that wrote the same text
+      (`rewards.diversity_penalty`). 0 leaves the reward as it is.
+    proxy_drift: the monitor that, at each evaluation point of GRPO, compares the training
+      reward with calibration-split success and raises an alarm when the reward keeps rising
+      and calibration success does not (`rewards.ProxyDriftMonitor`); alarms go to the metrics
+      (`alarm/proxy_drift`) and the report (`proxy_drift`).
   """
   seed: int = 0
   task: str = "calculator"
@@ -114,11 +122,15 @@ class AgentJobConfig:
   checkpoint_every: int = 100
   log_every: int = 10
   rollout_mode: str = "host"
+  diversity_weight: float = 0.0
+  proxy_drift: ProxyDriftConfig = ProxyDriftConfig()
 
   def __post_init__(self):
     if self.rollout_mode not in ROLLOUT_MODES:
       raise ValueError(f"rollout_mode must be one of {', '.join(ROLLOUT_MODES)}, got "
                        f"{self.rollout_mode!r}")
+    if self.diversity_weight < 0:
+      raise ValueError(f"diversity_weight must be >= 0, got {self.diversity_weight}")
     if self.task not in TASKS:
       raise ValueError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
     if self.scripted_policy not in POLICIES:

@@ -65,7 +65,7 @@ def replay_suite(config, suite_name: str, data_dir: str) -> guardrails.ReplaySui
       return rewards.compose_reward(terms, config.reward), terms
 
     return guardrails.ReplaySuite(lambda d: tasks_lib.CalculatorTask(**d), lambda t: toolbox,
-                                  score)
+                                  score, group_terms={"diversity": config.diversity_weight})
   if suite_name == "retrieval":
     toolbox_for, score, _ = _retrieval_parts(config, data_dir)
     return guardrails.ReplaySuite(tasks_lib.retrieval.from_record, toolbox_for, score)

@@ -102,3 +102,19 @@ def test_unknown_task_in_the_config_is_a_clear_error():
     pipeline.config_from_dict({"task": "chess"})
   with pytest.raises(pipeline.ConfigError, match="scripted_policy must be one of"):
     pipeline.config_from_dict({"scripted_policy": "cheat"})
+
+
+def test_episodes_with_a_diversity_penalty_replay(calculator_workdir):
+  # The penalty depends on the episode's group, so replay takes it from the log and applies
+  # the config's weight; every other term and the answer are still recomputed.
+  config = pipeline.config_from_dict({"diversity_weight": 0.25})
+  suite = _suites.replay_suite(config, "calculator", "")
+  records = guardrails.read_audit_log(
+      os.path.join(calculator_workdir, "audit", "episodes.jsonl"))[:8]
+  for record in records:
+    record["reward_terms"]["diversity"] = 0.5
+    record["reward"] -= 0.25 * 0.5
+    assert guardrails.replay_record(record, suite).reproduced
+  # Without the weight (the default config) the same records diverge at the reward.
+  default = _suites.replay_suite(pipeline.AgentJobConfig(), "calculator", "")
+  assert guardrails.replay_record(records[0], default).divergence.startswith("reward ")

@@ -207,3 +207,48 @@ def test_smoke_config_trains_with_each_loss_variant(finished_run, tmp_path, vari
   changed = jax.tree.leaves(jax.tree.map(lambda a, b: bool(np.any(a != b)), sft_params, trained))
   assert all(changed)
   assert 0.0 <= report["splits"]["heldout"]["grpo"]["success"] <= 1.0
+
+
+def test_proxy_drift_monitor_watches_every_evaluation_point(finished_run):
+  config, workdir, report = finished_run
+  train_reward = _metric(workdir, "train/reward_since_eval")
+  calibration = _metric(workdir, "eval/calibration_success")
+  alarms = _metric(workdir, "alarm/proxy_drift")
+  points = sorted(train_reward)
+  every = config.eval.every_steps
+  assert points == [config.sft.num_steps + s for s in range(every, config.grpo.num_steps + 1,
+                                                             every)]
+  assert sorted(calibration) == points == sorted(alarms)
+  # The logged points replayed through a monitor give the alarms the job recorded, also with
+  # settings under which it must fire whenever the reward rose at all.
+  for drift in (config.proxy_drift,
+                rewards.ProxyDriftConfig(window=2, min_reward_rise=1e-6,
+                                         max_calibration_gain=1.0)):
+    monitor = rewards.ProxyDriftMonitor(drift)
+    fired = [monitor.update(s, train_reward[s], calibration[s]) for s in points]
+    if drift == config.proxy_drift:
+      assert fired == [bool(alarms[s]) for s in points]
+      assert report["proxy_drift"] == {"points": len(points), "alarm_steps": monitor.alarms}
+    else:
+      rose = train_reward[points[1]] - train_reward[points[0]] >= 1e-6
+      assert fired[1] == rose
+
+
+def test_diversity_penalty_is_off_by_default_and_subtracts_its_weight(finished_run):
+  _, workdir, _ = finished_run
+  with open(os.path.join(workdir, "audit", "episodes.jsonl")) as f:
+    assert not any('"diversity"' in line for line in f)
+  from rlagents.pipeline import _agent_job  # pylint: disable=g-import-not-at-top
+  from rlagents.rollout import Action, Episode  # pylint: disable=g-import-not-at-top
+
+  def episode(text):
+    e = Episode(task=None)
+    e.actions.append(Action(kind="answer", text=text))
+    e.reward, e.reward_terms = 1.0, {}
+    return e
+
+  # Two groups of 3: (a, a, b) -> penalties 1/2, 1/2, 0; (c, d, e) -> 0, 0, 0.
+  episodes = [episode(t) for t in ("a", "a", "b", "c", "d", "e")]
+  _agent_job._apply_diversity_penalty(episodes, group_size=3, weight=0.4)
+  np.testing.assert_allclose([e.reward for e in episodes], [0.8, 0.8, 1.0, 1.0, 1.0, 1.0])
+  assert [e.reward_terms["diversity"] for e in episodes] == [0.5, 0.5, 0, 0, 0, 0]
