@@ -6,7 +6,8 @@ lives in its workdir:
     config.json             the resolved config (a resumed run must use the same one)
     tokenizer/              the policy's tokenizer (transformers format)
     data/                   the task suite as a TFDS dataset (array_record)
-    checkpoints/{sft,grpo}/ Orbax checkpoints of each phase
+    checkpoints/{sft,grpo}/ Orbax checkpoints of each phase (with `lora.rank`, of the adapters only)
+    export/                 the final policy as a transformers checkpoint (LoRA merged)
     metrics.csv, tensorboard/, learning_curves.png
     audit/episodes.jsonl    every episode, hash-chained: task, each state, action, tool result,
                             guardrail decision and reward term (see `rlagents.guardrails`)
@@ -18,6 +19,7 @@ and continues from that step; data order, sampling keys and the tools' randomnes
 """
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -27,12 +29,15 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import tensorflow_datasets as tfds
 import tqdm
+from flax.training import train_state
 
 from rlagents import checkpoint as checkpoint_lib
 from rlagents import evaluation
 from rlagents import guardrails
+from rlagents import hf
 from rlagents import learners
 from rlagents import metrics as metrics_lib
 from rlagents import networks
@@ -72,6 +77,22 @@ class _Job:
     self.tokenizer = policy.tokenizer
     self.model = networks.Transformer(policy.model_config)
     self.pretrained_params = policy.params
+    # With LoRA the trained parameters are {'base': frozen variables, 'lora': adapters}, and
+    # `apply_fn` runs the model on the merged weights; the base gets no gradient (stop_gradient,
+    # so XLA drops its weight-gradient products) and no update (`train_state`'s optimizer).
+    self.lora = config.lora.lora_config() if config.lora.rank else None
+    if self.lora is None:
+      self.apply_fn = self.model.apply
+    else:
+      self._merge = jax.jit(functools.partial(networks.merge_lora, config=self.lora))
+      model, lora = self.model, self.lora
+
+      def apply_lora(params, *args, **kwargs):
+        merged = networks.merge_lora(jax.lax.stop_gradient(params["base"]), params["lora"],
+                                     config=lora)
+        return model.apply(merged, *args, **kwargs)
+
+      self.apply_fn = apply_lora
     tfds.disable_progress_bar()
     self.splits = {
         split: tasks_lib.load_split(split, config=config.tasks,
@@ -104,9 +125,25 @@ class _Job:
     self.score(episodes)
     return episodes
 
+  def policy_params(self, params):
+    """The model variables that `params` (the train state's) stand for: LoRA merged."""
+    if self.lora is None:
+      return params
+    return self._merge(params["base"], params["lora"])
+
+  def train_state(self, params, optimizer: learners.OptimizerConfig):
+    """A train state over `params`; with LoRA only the adapters get an optimizer (and state)."""
+    if self.lora is None:
+      return learners.create_train_state(self.model, params, optimizer)
+    labels = lambda p: {"base": jax.tree.map(lambda _: "frozen", p["base"]),
+                        "lora": jax.tree.map(lambda _: "train", p["lora"])}
+    tx = optax.multi_transform(
+        {"train": learners.make_optimizer(optimizer), "frozen": optax.set_to_zero()}, labels)
+    return train_state.TrainState.create(apply_fn=self.apply_fn, params=params, tx=tx)
+
   def policy_episodes(self, params, tasks, *, key, rng, sampler=None) -> rollout_lib.RolloutBatch:
     batch = rollout_lib.sample_episodes(
-        params, tasks, sampler=sampler or self.sampler, tokenizer=self.tokenizer,
+        self.policy_params(params), tasks, sampler=sampler or self.sampler, tokenizer=self.tokenizer,
         toolbox=self.toolbox, config=self.config.rollout, key=key, rng=rng)
     self.score(batch.episodes)
     return batch
@@ -114,11 +151,17 @@ class _Job:
   def init_params(self):
     if self.pretrained_params is not None:
       # A copy: the update steps donate their input buffers.
-      return jax.tree.map(jnp.copy, self.pretrained_params)
-    length = self.config.rollout.max_length
-    tokens = jnp.zeros((1, length), jnp.int32)
-    positions = jnp.arange(length, dtype=jnp.int32)[None]
-    return self.model.init(jax.random.PRNGKey(self.config.seed), tokens, positions)
+      params = jax.tree.map(jnp.copy, self.pretrained_params)
+    else:
+      length = self.config.rollout.max_length
+      tokens = jnp.zeros((1, length), jnp.int32)
+      positions = jnp.arange(length, dtype=jnp.int32)[None]
+      params = self.model.init(jax.random.PRNGKey(self.config.seed), tokens, positions)
+    if self.lora is None:
+      return params
+    adapters = networks.init_lora(jax.random.PRNGKey(self.config.seed + 2), params,
+                                  config=self.lora)
+    return {"base": params, "lora": adapters}
 
 
 def _check_workdir(config: _config.AgentJobConfig, workdir: str) -> None:
@@ -173,17 +216,20 @@ class _LengthBuckets:
     return bucket[rng.integers(len(bucket), size=batch_size)]
 
 
-def _state_tree(state, key) -> dict[str, Any]:
-  return {"params": state.params, "opt_state": state.opt_state, "step": state.step, "key": key}
+def _state_tree(state, key, lora: bool = False) -> dict[str, Any]:
+  """What a checkpoint holds; with LoRA, the adapters but not the frozen base."""
+  params = state.params["lora"] if lora else state.params
+  return {"params": params, "opt_state": state.opt_state, "step": state.step, "key": key}
 
 
-def _restore_phase(checkpointer, state, key):
+def _restore_phase(checkpointer, state, key, lora: bool = False):
   """Restores the newest checkpoint of a phase into `state`; returns (state, key, step)."""
   step = checkpointer.latest_step()
   if step is None:
     return state, key, 0
-  tree, _ = checkpointer.restore(step, _state_tree(state, key))
-  state = state.replace(params=tree["params"], opt_state=tree["opt_state"], step=tree["step"])
+  tree, _ = checkpointer.restore(step, _state_tree(state, key, lora))
+  params = {**state.params, "lora": tree["params"]} if lora else tree["params"]
+  state = state.replace(params=params, opt_state=tree["opt_state"], step=tree["step"])
   return state, tree["key"], step
 
 
@@ -191,8 +237,9 @@ def _run_sft(job: _Job, writer, audit) -> Any:
   """Phase 1: demonstrations from the noisy expert, then supervised training. Returns params."""
   config = job.config
   checkpointer = checkpoint_lib.Checkpointer(os.path.join(job.workdir, "checkpoints", "sft"))
-  state = learners.create_train_state(job.model, job.init_params(), config.sft.optimizer)
-  state, key, start = _restore_phase(checkpointer, state, jax.random.PRNGKey(config.seed))
+  state = job.train_state(job.init_params(), config.sft.optimizer)
+  state, key, start = _restore_phase(checkpointer, state, jax.random.PRNGKey(config.seed),
+                                     job.lora is not None)
   if start >= config.sft.num_steps:
     logging.info("SFT already finished at step %d", start)
     return state.params
@@ -218,7 +265,7 @@ def _run_sft(job: _Job, writer, audit) -> Any:
       writer.write(done, metrics)
       bar.set_postfix(nll=f"{metrics['sft/nll']:.3f}")
     if done % config.checkpoint_every == 0 or done == config.sft.num_steps:
-      checkpointer.save(done, _state_tree(state, key), {"phase": "sft", "step": done})
+      checkpointer.save(done, _state_tree(state, key, job.lora is not None), {"phase": "sft", "step": done})
   checkpointer.close()
   return state.params
 
@@ -242,9 +289,9 @@ def _run_grpo(job: _Job, sft_params, writer, audit) -> Any:
   config, grpo = job.config, job.config.grpo
   checkpointer = checkpoint_lib.Checkpointer(os.path.join(job.workdir, "checkpoints", "grpo"))
   # A copy: the update donates the state's buffers, and the reference must survive them.
-  state = learners.create_train_state(job.model, jax.tree.map(jnp.copy, sft_params),
-                                      grpo.optimizer)
-  state, key, start = _restore_phase(checkpointer, state, jax.random.PRNGKey(config.seed + 1))
+  state = job.train_state(jax.tree.map(jnp.copy, sft_params), grpo.optimizer)
+  state, key, start = _restore_phase(checkpointer, state, jax.random.PRNGKey(config.seed + 1),
+                                     job.lora is not None)
   if start == 0:
     _curve_eval(job, sft_params, job.sft_steps, writer, audit)
   if start >= grpo.num_steps:
@@ -295,7 +342,7 @@ def _run_grpo(job: _Job, sft_params, writer, audit) -> Any:
       success = _curve_eval(job, state.params, global_step, writer, audit)
       bar.write(f"GRPO step {done}: heldout success {success:.3f}")
     if done % config.checkpoint_every == 0 or done == grpo.num_steps:
-      checkpointer.save(done, _state_tree(state, key), {"phase": "grpo", "step": done})
+      checkpointer.save(done, _state_tree(state, key, job.lora is not None), {"phase": "grpo", "step": done})
   checkpointer.close()
   return state.params
 
@@ -356,6 +403,8 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
   sft_params = _run_sft(job, writer, audit)
   grpo_params = _run_grpo(job, sft_params, writer, audit)
   report = _final_report(job, sft_params, grpo_params, audit)
+  hf.export_pretrained(job.policy_params(grpo_params), job.model.config, job.tokenizer,
+                       os.path.join(workdir, "export"))
   report["wall_seconds_this_invocation"] = time.time() - start_time
   report["resumed_from_step"] = resume_step
   writer.close()
