@@ -6,6 +6,7 @@ from rlagents.pipeline._config import config_from_dict
 from rlagents.pipeline._config import config_to_dict
 from rlagents.pipeline._config import ConfigError
 from rlagents.pipeline._config import EvalConfig
+from rlagents.pipeline._config import LoraSettings
 from rlagents.pipeline._agent_job import JobError
 from rlagents.pipeline._agent_job import train_and_evaluate
 
@@ -14,6 +15,7 @@ __all__ = [
     "check_config_key",
     "ConfigError",
     "EvalConfig",
+    "LoraSettings",
     "JobError",
     "config_from_dict",
     "config_to_dict",

@@ -6,7 +6,8 @@ lives in its workdir:
     config.json             the resolved config (a resumed run must use the same one)
     tokenizer/              the policy's tokenizer (transformers format)
     data/                   the task suite as a TFDS dataset (array_record)
-    checkpoints/{sft,grpo}/ Orbax checkpoints of each phase
+    checkpoints/{sft,grpo}/ Orbax checkpoints of each phase (with `lora.rank`, of the adapters only)
+    export/                 the final policy as a transformers checkpoint (LoRA merged)
     metrics.csv, tensorboard/, learning_curves.png
     audit/episodes.jsonl    every episode, hash-chained: task, each state, action, tool result,
                             guardrail decision and reward term (see `rlagents.guardrails`)
@@ -23,6 +24,7 @@ restores; only process 0 writes config.json, the tokenizer, metrics, the audit l
 """
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -32,13 +34,16 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import tensorflow_datasets as tfds
 import tqdm
+from flax.training import train_state
 
 from rlagents import checkpoint as checkpoint_lib
 from rlagents import envs
 from rlagents import evaluation
 from rlagents import guardrails
+from rlagents import hf
 from rlagents import learners
 from rlagents import metrics as metrics_lib
 from rlagents import networks
@@ -78,6 +83,22 @@ class _Job:
     self.tokenizer = policy.tokenizer
     self.model = networks.Transformer(policy.model_config)
     self.pretrained_params = policy.params
+    # With LoRA the trained parameters are {'base': frozen variables, 'lora': adapters}, and
+    # `apply_fn` runs the model on the merged weights; the base gets no gradient (stop_gradient,
+    # so XLA drops its weight-gradient products) and no update (`train_state`'s optimizer).
+    self.lora = config.lora.lora_config() if config.lora.rank else None
+    if self.lora is None:
+      self.apply_fn = self.model.apply
+    else:
+      self._merge = jax.jit(functools.partial(networks.merge_lora, config=self.lora))
+      model, lora = self.model, self.lora
+
+      def apply_lora(params, *args, **kwargs):
+        merged = networks.merge_lora(jax.lax.stop_gradient(params["base"]), params["lora"],
+                                     config=lora)
+        return model.apply(merged, *args, **kwargs)
+
+      self.apply_fn = apply_lora
     tfds.disable_progress_bar()
     self.splits = {
         split: tasks_lib.load_split(split, config=config.tasks,
@@ -112,9 +133,25 @@ class _Job:
     self.score(episodes)
     return episodes
 
+  def policy_params(self, params):
+    """The model variables that `params` (the train state's) stand for: LoRA merged."""
+    if self.lora is None:
+      return params
+    return self._merge(params["base"], params["lora"])
+
+  def train_state(self, params, optimizer: learners.OptimizerConfig):
+    """A train state over `params`; with LoRA only the adapters get an optimizer (and state)."""
+    if self.lora is None:
+      return learners.create_train_state(self.model, params, optimizer)
+    labels = lambda p: {"base": jax.tree.map(lambda _: "frozen", p["base"]),
+                        "lora": jax.tree.map(lambda _: "train", p["lora"])}
+    tx = optax.multi_transform(
+        {"train": learners.make_optimizer(optimizer), "frozen": optax.set_to_zero()}, labels)
+    return train_state.TrainState.create(apply_fn=self.apply_fn, params=params, tx=tx)
+
   def policy_episodes(self, params, tasks, *, key, rng, sampler=None) -> rollout_lib.RolloutBatch:
     batch = rollout_lib.sample_episodes(
-        params, tasks, sampler=sampler or self.sampler, tokenizer=self.tokenizer,
+        self.policy_params(params), tasks, sampler=sampler or self.sampler, tokenizer=self.tokenizer,
         toolbox=self.toolbox, config=self.config.rollout, key=key, rng=rng)
     self.score(batch.episodes)
     return batch
@@ -122,11 +159,17 @@ class _Job:
   def init_params(self):
     if self.pretrained_params is not None:
       # A copy: the update steps donate their input buffers.
-      return jax.tree.map(jnp.copy, self.pretrained_params)
-    length = self.config.rollout.max_length
-    tokens = jnp.zeros((1, length), jnp.int32)
-    positions = jnp.arange(length, dtype=jnp.int32)[None]
-    return self.model.init(jax.random.PRNGKey(self.config.seed), tokens, positions)
+      params = jax.tree.map(jnp.copy, self.pretrained_params)
+    else:
+      length = self.config.rollout.max_length
+      tokens = jnp.zeros((1, length), jnp.int32)
+      positions = jnp.arange(length, dtype=jnp.int32)[None]
+      params = self.model.init(jax.random.PRNGKey(self.config.seed), tokens, positions)
+    if self.lora is None:
+      return params
+    adapters = networks.init_lora(jax.random.PRNGKey(self.config.seed + 2), params,
+                                  config=self.lora)
+    return {"base": params, "lora": adapters}
 
 
 def _check_workdir(config: _config.AgentJobConfig, workdir: str) -> None:
@@ -181,11 +224,13 @@ class _LengthBuckets:
     return bucket[rng.integers(len(bucket), size=batch_size)]
 
 
-def _state_tree(state, key) -> dict[str, Any]:
+def _state_tree(state, key, lora: bool = False) -> dict[str, Any]:
   """Everything a phase carries from one step to the next (the data position is the step: the
   batch of step `s` is drawn from `_rng(seed, phase, s)`); GRPO's advantages are group-relative
-  within each step, so there are no running reward statistics to keep."""
-  return {"params": state.params, "opt_state": state.opt_state, "step": state.step, "key": key}
+  within each step, so there are no running reward statistics to keep. With LoRA, the adapters
+  but not the frozen base."""
+  params = state.params["lora"] if lora else state.params
+  return {"params": params, "opt_state": state.opt_state, "step": state.step, "key": key}
 
 
 def _checkpoint_metadata(config, phase: str, done: int) -> dict[str, Any]:
@@ -202,12 +247,13 @@ class _PhaseStart:
   step: int
 
 
-def _restore_phase(checkpointer, state, key, *, phase: str, seed: int) -> _PhaseStart:
+def _restore_phase(checkpointer, state, key, *, phase: str, seed: int,
+                   lora: bool = False) -> _PhaseStart:
   """Restores the newest readable checkpoint of a phase into `state`'s structure.
 
   A corrupt newer step is reported (`checkpoint.CheckpointWarning`) and the one before is used.
   """
-  restored = checkpointer.restore_latest(_state_tree(state, key))
+  restored = checkpointer.restore_latest(_state_tree(state, key, lora))
   if restored is None:
     return _PhaseStart(state, key, 0)
   tree, metadata = restored.state, restored.metadata
@@ -219,7 +265,8 @@ def _restore_phase(checkpointer, state, key, *, phase: str, seed: int) -> _Phase
         f"checkpoint {checkpointer.directory}/{restored.step} does not belong to this run: it "
         f"says phase {found[0]!r}, step {found[1]}, seed {found[2]}, state step {found[3]}; "
         f"expected phase {phase!r}, step {restored.step}, seed {seed}")
-  state = state.replace(params=tree["params"], opt_state=tree["opt_state"], step=tree["step"])
+  params = {**state.params, "lora": tree["params"]} if lora else tree["params"]
+  state = state.replace(params=params, opt_state=tree["opt_state"], step=tree["step"])
   return _PhaseStart(state, tree["key"], restored.step)
 
 
@@ -289,7 +336,7 @@ def _run_sft(job: _Job, start: _PhaseStart, checkpointer, out: _Outputs) -> Any:
       # before the final checkpoint, so a resume either keeps it or recomputes it.
       _curve_eval(job, state.params, done, out)
     if done % config.checkpoint_every == 0 or done == config.sft.num_steps:
-      checkpointer.save(done, _state_tree(state, key), _checkpoint_metadata(config, "sft", done))
+      checkpointer.save(done, _state_tree(state, key, job.lora is not None), _checkpoint_metadata(config, "sft", done))
   return state.params
 
 
@@ -342,8 +389,7 @@ def _run_grpo(job: _Job, sft_params, start: _PhaseStart, checkpointer, out: _Out
   state, key = start.state, start.key
   if start.step == 0:
     # A copy: the update donates the state's buffers, and the reference must survive them.
-    state = learners.create_train_state(job.model, jax.tree.map(jnp.copy, sft_params),
-                                        grpo.optimizer)
+    state = job.train_state(jax.tree.map(jnp.copy, sft_params), grpo.optimizer)
   if start.step >= grpo.num_steps:
     return state.params
   if config.rollout_mode == "jit":
@@ -400,7 +446,7 @@ def _run_grpo(job: _Job, sft_params, start: _PhaseStart, checkpointer, out: _Out
       _watch_proxy_drift(job, state.params, global_step, rewards_since_eval, out)
       rewards_since_eval = []
     if done % config.checkpoint_every == 0 or done == grpo.num_steps:
-      checkpointer.save(done, _state_tree(state, key), _checkpoint_metadata(config, "grpo", done))
+      checkpointer.save(done, _state_tree(state, key, job.lora is not None), _checkpoint_metadata(config, "grpo", done))
   return state.params
 
 
@@ -492,13 +538,13 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
        checkpoint_lib.Checkpointer(os.path.join(workdir, "checkpoints", "grpo")) as grpo_ckpt:
     # Both phases are restored before anything is written: the global step the run resumes
     # from is that of the newest checkpoint that could actually be read.
+    lora = job.lora is not None
     sft_start = _restore_phase(
-        sft_ckpt, learners.create_train_state(job.model, job.init_params(), config.sft.optimizer),
-        jax.random.PRNGKey(config.seed), phase="sft", seed=config.seed)
+        sft_ckpt, job.train_state(job.init_params(), config.sft.optimizer),
+        jax.random.PRNGKey(config.seed), phase="sft", seed=config.seed, lora=lora)
     grpo_start = _restore_phase(
-        grpo_ckpt, learners.create_train_state(job.model, job.init_params(),
-                                               config.grpo.optimizer),
-        jax.random.PRNGKey(config.seed + 1), phase="grpo", seed=config.seed)
+        grpo_ckpt, job.train_state(job.init_params(), config.grpo.optimizer),
+        jax.random.PRNGKey(config.seed + 1), phase="grpo", seed=config.seed, lora=lora)
     if grpo_start.step:
       resume_step = job.sft_steps + grpo_start.step
     else:
@@ -522,6 +568,8 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
   if not primary:
     return report
 
+  hf.export_pretrained(job.policy_params(grpo_params), job.model.config, job.tokenizer,
+                       os.path.join(workdir, "export"))
   with open(os.path.join(workdir, "report.json"), "w") as f:
     json.dump(report, f, indent=2)
   heldout = report["splits"]["heldout"]

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from rlagents.learners import GRPOConfig
 from rlagents.learners import OptimizerConfig
 from rlagents.learners import SFTConfig
+from rlagents.networks import LoraConfig
 from rlagents.networks import TransformerConfig
 from rlagents.rewards import ProxyDriftConfig
 from rlagents.rewards import RewardConfig
@@ -55,6 +56,32 @@ class EvalConfig:
       raise ValueError(f"EvalConfig.temperature must be >= 0, got {self.temperature}")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LoraSettings:
+  """Low-rank adapters instead of full fine-tuning (`rlagents.networks.LoraConfig`).
+
+  Attributes:
+    rank: the adapters' inner width; 0 turns LoRA off (every parameter is trained). With a rank,
+      SFT and GRPO train only the adapters (the base weights stay frozen), checkpoints hold only
+      the adapters, and the sampler and `export/` use the merged weights.
+    alpha: the update is scaled by `alpha / rank`.
+    targets: projections that get adapters, in every layer (q_proj, k_proj, v_proj, o_proj,
+      gate_proj, up_proj, down_proj).
+  """
+  rank: int = 0
+  alpha: float = 16.0
+  targets: tuple[str, ...] = ("q_proj", "v_proj")
+
+  def __post_init__(self):
+    if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 0:
+      raise ValueError(f"lora.rank must be an int >= 0 (0: off), got {self.rank!r}")
+    if self.rank:
+      self.lora_config()  # validates alpha and targets
+
+  def lora_config(self) -> LoraConfig:
+    return LoraConfig(rank=self.rank, alpha=self.alpha, targets=tuple(self.targets))
+
+
 def _default_model() -> TransformerConfig:
   # vocab_size is set from the tokenizer by the job; max_len covers the rollout buffer.
   return TransformerConfig(vocab_size=1, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2,
@@ -73,6 +100,7 @@ class AgentJobConfig:
       built-in ones, and of `model` only max_len, dtype, param_dtype and value_head apply. Its
       tokenizer must have the format's marker tokens (`<call>`, `</answer>`, ...) as single
       tokens; the error lists any that are missing (see `rlagents.pipeline._policy_init`).
+    lora: train low-rank adapters only (rank 0: full fine-tuning).
     tasks: the calculator task suite and its splits.
     tool_failure_rate: fraction of calculator calls that fail transiently ("busy, retry").
     expert: the scripted demonstrator's error rates.
@@ -111,6 +139,7 @@ class AgentJobConfig:
   scripted_policy: str = "honest"
   model: TransformerConfig = dataclasses.field(default_factory=_default_model)
   init_from: str = ""
+  lora: LoraSettings = LoraSettings()
   tasks: CalculatorSuiteConfig = CalculatorSuiteConfig()
   tool_failure_rate: float = 0.2
   expert: NoisyExpertConfig = NoisyExpertConfig()
@@ -129,6 +158,9 @@ class AgentJobConfig:
     if self.rollout_mode not in ROLLOUT_MODES:
       raise ValueError(f"rollout_mode must be one of {', '.join(ROLLOUT_MODES)}, got "
                        f"{self.rollout_mode!r}")
+    if self.rollout_mode == "jit" and self.lora.rank:
+      raise ValueError("rollout_mode='jit' trains all parameters; it cannot be combined with "
+                       f"lora.rank = {self.lora.rank} (use rollout_mode='host' for LoRA)")
     if self.diversity_weight < 0:
       raise ValueError(f"diversity_weight must be >= 0, got {self.diversity_weight}")
     if self.task not in TASKS:
@@ -194,6 +226,12 @@ def _coerce(hint, value, name):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
       raise ConfigError(f"config key '{name}' must be a number, got {value!r}")
     return float(value)
+  if typing.get_origin(hint) is tuple:
+    if isinstance(value, str):  # "q_proj,v_proj" from a command line
+      value = tuple(part.strip() for part in value.split(",") if part.strip())
+    if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):
+      raise ConfigError(f"config key '{name}' must be a list of strings, got {value!r}")
+    return tuple(value)
   if hint is str and not isinstance(value, str):
     raise ConfigError(f"config key '{name}' must be a string, got {value!r}")
   return value

@@ -66,6 +66,22 @@ class _DecodeState:
   cache: transformer_lib.KVCache
 
 
+def _inverse_cdf_sample(key, logits):
+  """One draw per row of `softmax(logits)` `[B, N]` from one uniform number per row; `[B]` int32.
+
+  Picks the first index whose cumulative probability exceeds `u * total`, so an entry of
+  probability 0 (a `-inf` logit) is never picked. `jax.random.categorical` (Gumbel-max) draws
+  `B * N` random numbers instead: measured on 2 CPU cores at B=64, N=8192 it took 65 ms per
+  draw against 0.25 ms for this, more than the rest of a decode step of the benchmark's larger
+  model.
+  """
+  probs = jax.nn.softmax(logits, axis=-1)
+  cdf = jnp.cumsum(probs, axis=-1)
+  u = jax.random.uniform(key, (logits.shape[0], 1), jnp.float32)
+  choice = jnp.sum(cdf < u * cdf[:, -1:], axis=-1)
+  return jnp.minimum(choice, logits.shape[-1] - 1).astype(jnp.int32)
+
+
 def _filter_and_sample(key, logits, *, temperature, top_k, top_p):
   """Samples one token per row of `logits` `[B, V]` float32; returns `[B]` int32."""
   if temperature == 0.0:
@@ -88,7 +104,7 @@ def _filter_and_sample(key, logits, *, temperature, top_k, top_p):
     kept = mass_before < top_p
     threshold = jnp.min(jnp.where(kept, sorted_logits, jnp.inf), axis=-1, keepdims=True)
     candidate_logits = jnp.where(candidate_logits >= threshold, candidate_logits, -jnp.inf)
-  choice = jax.random.categorical(key, candidate_logits, axis=-1)
+  choice = _inverse_cdf_sample(key, candidate_logits)
   if candidate_ids is None:
     return choice.astype(jnp.int32)
   return jnp.take_along_axis(candidate_ids, choice[:, None], axis=-1)[:, 0].astype(jnp.int32)

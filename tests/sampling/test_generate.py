@@ -162,6 +162,20 @@ def test_filtering_keeps_the_right_tokens():
     np.testing.assert_array_equal(_sample_many(logits, 50, **kwargs), 0)
 
 
+def test_plain_sampling_follows_the_softmax():
+  """No filtering: one uniform number per row picks by the cumulative distribution."""
+  logits = jnp.log(jnp.array([[0.1, 0.0, 0.6, 0.3]]))  # token 1 has probability 0
+  n = 8000
+  counts = np.bincount(_sample_many(logits, n, temperature=1.0, top_k=0, top_p=1.0),
+                       minlength=4)
+  assert counts[1] == 0
+  np.testing.assert_allclose(counts / n, [0.1, 0.0, 0.6, 0.3], atol=0.02)
+  # A wide row where all the mass sits on the last entry: never past the end, never another.
+  wide = jnp.full((1, 4096), -jnp.inf).at[0, -1].set(0.0)
+  np.testing.assert_array_equal(
+      _sample_many(wide, 200, temperature=1.0, top_k=0, top_p=1.0), 4095)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(temperature=-1.0), "temperature"),
     (dict(top_p=0.0), "top_p"),
