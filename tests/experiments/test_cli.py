@@ -60,7 +60,7 @@ def test_summarize_runs_help_and_missing_report(tmp_path):
      "error: unknown config variant(s) ['mazee'], did you mean 'maze'?"),
     (["--config=experiments/configs/control.py:smoke", "--config.ppo.learning_rate=-1"],
      "error: PPOConfig.learning_rate must be > 0, got -1.0"),
-])
+], ids=["unknown_key", "unknown_variant", "impossible_value"])
 def test_train_control_bad_config_is_one_line_with_a_suggestion(tmp_path, args, message):
   result = _run("experiments.train_control", f"--workdir={tmp_path}", *args)
   assert result.returncode == 1
@@ -74,6 +74,7 @@ def test_train_agent_unknown_key_is_one_line_with_a_suggestion(tmp_path):
       "error: unknown config key 'grpo.kl_bet', did you mean 'kl_beta'?")
 
 
+@pytest.mark.slow  # ~15 s alone, a minute on a busy 2-core machine
 def test_train_control_smoke_writes_tensorboard_and_png(tmp_path):
   workdir = tmp_path / "run"
   result = _run("experiments.train_control", f"--workdir={workdir}",
