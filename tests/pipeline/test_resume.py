@@ -105,6 +105,7 @@ class _Stop(Exception):
   pass
 
 
+@pytest.mark.slow  # With its fixtures (SFT, 10 straight GRPO steps) over a minute on 2 cores.
 def test_five_steps_stop_resume_five_equals_ten_straight(sft_done, straight, tmp_path):
   workdir = _start_from(sft_done, str(tmp_path / "run"))
   save = checkpoint.Checkpointer.save
