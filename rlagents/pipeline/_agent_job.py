@@ -21,6 +21,7 @@ import dataclasses
 import json
 import logging
 import os
+import resource
 import time
 from typing import Any, Sequence
 
@@ -42,6 +43,7 @@ from rlagents import tasks as tasks_lib
 from rlagents import tools as tools_lib
 from rlagents.pipeline import _config
 from rlagents.pipeline import _policy_init
+from rlagents.pipeline import _rlhf
 from rlagents.pipeline import _suites
 from rlagents.tasks import calculator_expert
 
@@ -89,6 +91,11 @@ class _Job:
         self.model, self.tokenizer,
         dataclasses.replace(config.rollout, temperature=config.eval.temperature))
     self.sft_steps = config.sft.num_steps
+    # The reward model's scorer (`tokens [N, T] -> scores [N]`) when `soft_reward.weight > 0`.
+    self.learned_scorer = None
+    self.running = rewards.RunningMeanStd()
+    # What the phase after SFT cost: sampled tokens, steps, seconds, trained parameters.
+    self.stats: dict[str, Any] = {}
 
   # ---- shared pieces ----
 
@@ -109,6 +116,15 @@ class _Job:
         params, tasks, sampler=sampler or self.sampler, tokenizer=self.tokenizer,
         toolbox=self.toolbox, config=self.config.rollout, key=key, rng=rng)
     self.score(batch.episodes)
+    return batch
+
+  def train_episodes(self, params, tasks, *, key, rng, group_size: int) -> rollout_lib.RolloutBatch:
+    """`policy_episodes` plus the learned reward term (when configured), for RL updates."""
+    batch = self.policy_episodes(params, tasks, key=key, rng=rng)
+    if self.learned_scorer is not None:
+      rewards.add_learned_reward(batch.episodes, self.learned_scorer(batch.tokens),
+                                 self.config.soft_reward, group_size=group_size,
+                                 running=self.running)
     return batch
 
   def init_params(self):
@@ -244,10 +260,16 @@ def _run_grpo(job: _Job, sft_params, writer, audit) -> Any:
   # A copy: the update donates the state's buffers, and the reference must survive them.
   state = learners.create_train_state(job.model, jax.tree.map(jnp.copy, sft_params),
                                       grpo.optimizer)
-  state, key, start = _restore_phase(checkpointer, state, jax.random.PRNGKey(config.seed + 1))
+  state, key, start, metadata = _rlhf.restore(checkpointer, state,
+                                              jax.random.PRNGKey(config.seed + 1))
+  job.stats.update(trained_parameters=_rlhf.count_parameters(state.params), rl_steps=start,
+                   sampled_tokens=metadata.get("sampled_tokens", 0),
+                   phase_seconds=metadata.get("phase_seconds", 0.0))
+  if "running" in metadata:
+    job.running.load(metadata["running"])
   if start == 0:
     _curve_eval(job, sft_params, job.sft_steps, writer, audit)
-  if start >= grpo.num_steps:
+  if start >= grpo.num_steps or metadata.get("finished"):
     return state.params
 
   if grpo.microbatch_size:
@@ -257,13 +279,17 @@ def _run_grpo(job: _Job, sft_params, writer, audit) -> Any:
   train = job.splits["train"]
   bar = tqdm.trange(start, grpo.num_steps, desc="GRPO", initial=start, total=grpo.num_steps,
                     dynamic_ncols=True)
+  done = start
+  phase_start = time.time() - job.stats["phase_seconds"]
   for step in bar:
+    if config.sampled_token_budget and job.stats["sampled_tokens"] >= config.sampled_token_budget:
+      break
     t0 = time.perf_counter()
     rng = _rng(config.seed, _PHASE_IDS["grpo"], step)
     prompts = [train[i] for i in rng.choice(len(train), grpo.prompts_per_step, replace=False)]
     group_tasks = [task for task in prompts for _ in range(grpo.group_size)]
-    rollout = job.policy_episodes(state.params, group_tasks,
-                                  key=jax.random.fold_in(key, step), rng=rng)
+    rollout = job.train_episodes(state.params, group_tasks, key=jax.random.fold_in(key, step),
+                                 rng=rng, group_size=grpo.group_size)
     t_rollout = time.perf_counter() - t0
     batch = {
         "tokens": rollout.tokens,
@@ -276,32 +302,30 @@ def _run_grpo(job: _Job, sft_params, writer, audit) -> Any:
     for _ in range(grpo.updates_per_batch):
       state, metrics = update(state, sft_params, batch)
     done = step + 1
+    job.stats["sampled_tokens"] += int(rollout.loss_mask.sum())
+    job.stats["rl_steps"] = done
     global_step = job.sft_steps + done
     audit.write(rollout.episodes, phase="grpo", step=global_step, policy="policy")
     if done % config.log_every == 0 or done == grpo.num_steps:
-      summary = evaluation.summarize_episodes(rollout.episodes)
-      terms = {f"reward/{name}": float(np.mean([e.reward_terms[name] for e in rollout.episodes]))
-               for name in rewards.TERMS}
-      metrics = {**jax.device_get(metrics), **terms,
-                 "train/success": summary["success"],
-                 "train/mean_reward": summary["mean_reward"],
-                 "train/mean_tool_calls": summary["mean_tool_calls"],
-                 "train/sampled_tokens": float(rollout.loss_mask.sum()),
-                 "time/rollout_s": t_rollout,
-                 "time/step_s": time.perf_counter() - t0}
-      writer.write(global_step, metrics)
-      bar.set_postfix(success=f"{summary['success']:.2f}", reward=f"{summary['mean_reward']:.2f}")
+      _rlhf._log_rl_step(writer, global_step, metrics, rollout, t0, t_rollout, bar)
     if config.eval.every_steps and done % config.eval.every_steps == 0:
       success = _curve_eval(job, state.params, global_step, writer, audit)
       bar.write(f"GRPO step {done}: heldout success {success:.3f}")
+    job.stats["phase_seconds"] = time.time() - phase_start
     if done % config.checkpoint_every == 0 or done == grpo.num_steps:
-      checkpointer.save(done, _state_tree(state, key), {"phase": "grpo", "step": done})
+      checkpointer.save(done, _state_tree(state, key), _rlhf._rl_metadata(job, "grpo", done))
+  job.stats["phase_seconds"] = time.time() - phase_start
+  if done < grpo.num_steps:  # stopped by the token budget
+    checkpointer.save(done, _state_tree(state, key),
+                      {**_rlhf._rl_metadata(job, "grpo", done), "finished": True})
   checkpointer.close()
   return state.params
 
 
 def _final_report(job: _Job, sft_params, grpo_params, audit) -> dict[str, Any]:
+  """Evaluates the expert, the SFT policy and the policy of `config.algorithm` (named so)."""
   config = job.config
+  name_rl = config.algorithm
   final_step = job.sft_steps + config.grpo.num_steps
   report: dict[str, Any] = {"splits": {}, "eval_temperature": config.eval.temperature}
   for index, split in enumerate(EVAL_SPLITS):
@@ -310,7 +334,7 @@ def _final_report(job: _Job, sft_params, grpo_params, audit) -> dict[str, Any]:
     expert = job.expert_episodes(tasks, _rng(config.seed, _PHASE_IDS["eval"], 10**6, index))
     entry["expert"] = evaluation.summarize_episodes(expert)
     audit.write(expert, phase="final_eval", step=final_step, policy="expert", split=split)
-    for name, params in (("sft", sft_params), ("grpo", grpo_params)):
+    for name, params in (("sft", sft_params), (name_rl, grpo_params)):
       policy_key = jax.random.PRNGKey(config.seed + 100 + index)
       batch = job.policy_episodes(params, tasks, key=policy_key,
                                   rng=_rng(config.seed, _PHASE_IDS["eval"], 10**6, index),
@@ -326,9 +350,11 @@ def _final_report(job: _Job, sft_params, grpo_params, audit) -> dict[str, Any]:
         entry[name]["greedy_success"] = evaluation.summarize_episodes(greedy.episodes)["success"]
     report["splits"][split] = entry
   heldout = report["splits"]["heldout"]
-  report["heldout_gain_grpo_over_sft"] = heldout["grpo"]["success"] - heldout["sft"]["success"]
-  report["heldout_gain_grpo_over_expert"] = (heldout["grpo"]["success"]
-                                             - heldout["expert"]["success"])
+  report["algorithm"] = name_rl
+  report[f"heldout_gain_{name_rl}_over_sft"] = (heldout[name_rl]["success"]
+                                                - heldout["sft"]["success"])
+  report[f"heldout_gain_{name_rl}_over_expert"] = (heldout[name_rl]["success"]
+                                                   - heldout["expert"]["success"])
   return report
 
 
@@ -354,9 +380,20 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
     print(f"Resuming {workdir} from step {resume_step}", flush=True)
 
   sft_params = _run_sft(job, writer, audit)
-  grpo_params = _run_grpo(job, sft_params, writer, audit)
-  report = _final_report(job, sft_params, grpo_params, audit)
+  reward_model_report = None
+  if config.soft_reward.weight > 0 and config.algorithm in ("grpo", "ppo"):
+    reward_model_report = _rlhf.train_reward_model(job, sft_params, writer)
+  run_phase = {"grpo": _run_grpo, "ppo": _rlhf.run_ppo, "dpo": _rlhf.run_offline,
+               "kto": _rlhf.run_offline}[config.algorithm]
+  rl_params = run_phase(job, sft_params, writer, audit)
+  report = _final_report(job, sft_params, rl_params, audit)
   report["wall_seconds_this_invocation"] = time.time() - start_time
+  report["after_sft"] = dict(job.stats)
+  if reward_model_report is not None:
+    report["reward_model"] = reward_model_report
+  # Peak resident memory of this process (Linux reports KiB).
+  report["peak_rss_mib_this_invocation"] = resource.getrusage(
+      resource.RUSAGE_SELF).ru_maxrss / 1024
   report["resumed_from_step"] = resume_step
   writer.close()
 
@@ -367,8 +404,9 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
       os.path.join(workdir, "metrics.csv"), os.path.join(workdir, "learning_curves.png"),
       panels={"SFT loss": ["sft/nll"],
               "heldout success": ["eval/heldout_success", "train/success"],
-              "reward terms (GRPO)": [f"reward/{t}" for t in rewards.TERMS],
-              "KL to SFT": ["grpo/kl"]},
+              f"reward terms ({config.algorithm.upper()})": [
+                  f"reward/{t}" for t in rewards.TERMS + ("learned_term",)],
+              "KL to SFT": ["grpo/kl", "ppo/kl_reward_penalty"]},
       markers={"expert": heldout["expert"]["success"]})
   return report
 
@@ -377,12 +415,14 @@ def _resume_step(workdir: str, sft_steps: int) -> int | None:
   """The global step of the newest checkpoint in `workdir`, or None for a fresh run."""
   root = os.path.join(workdir, "checkpoints")
   steps = {}
-  for phase in ("sft", "grpo"):
+  rl_phases = ("grpo", "ppo", "dpo", "kto")
+  for phase in ("sft",) + rl_phases:
     directory = os.path.join(root, phase)
     if os.path.isdir(directory):
       numbered = [int(d) for d in os.listdir(directory) if d.isdigit()]
       if numbered:
         steps[phase] = max(numbered)
-  if "grpo" in steps:
-    return sft_steps + steps["grpo"]
+  for phase in rl_phases:
+    if phase in steps:
+      return sft_steps + steps[phase]
   return steps.get("sft")
