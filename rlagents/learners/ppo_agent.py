@@ -64,7 +64,9 @@ class PPOAgentConfig:
     kl_beta: per-token KL penalty to the reference, folded into the reward (0: off).
     kl_estimator: the per-token KL estimate in the reward: 'k1' (usual), 'k2' or 'k3'.
     discount: gamma per policy token.
-    gae_lambda: GAE's lambda.
+    gae_lambda: GAE's lambda. 1 (Monte Carlo returns, the critic only a baseline) is the
+      default: the decisive tokens (call the tool or guess) come first, and with lambda < 1 a
+      freshly initialised critic's errors discount their credit by lambda^(episode length).
     whiten_advantages: normalize advantages over the batch's policy tokens.
     critic: 'shared' (value head on the policy's trunk) or 'separate' (its own decoder).
     aggregation: token aggregation of both losses.
@@ -80,7 +82,7 @@ class PPOAgentConfig:
   kl_beta: float = 0.02
   kl_estimator: str = "k1"
   discount: float = 1.0
-  gae_lambda: float = 0.95
+  gae_lambda: float = 1.0
   whiten_advantages: bool = True
   critic: str = "shared"
   aggregation: str = "token_mean"

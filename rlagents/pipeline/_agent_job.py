@@ -411,6 +411,21 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
   return report
 
 
+def train_sft_only(config: _config.AgentJobConfig, workdir: str) -> None:
+  """Runs (or resumes) only the SFT phase in `workdir`.
+
+  Several runs that differ only after SFT (e.g. `experiments/compare_algorithms.py`) can then
+  start from a copy of `checkpoints/sft`, which the job finds and does not repeat.
+  """
+  _check_workdir(config, workdir)
+  job = _Job(config, workdir)
+  writer = metrics_lib.MetricsWriter(workdir, resume_step=_resume_step(workdir, job.sft_steps))
+  audit = guardrails.AuditLog(os.path.join(workdir, "audit", "episodes.jsonl"),
+                              resume_step=_resume_step(workdir, job.sft_steps))
+  _run_sft(job, writer, audit)
+  writer.close()
+
+
 def _resume_step(workdir: str, sft_steps: int) -> int | None:
   """The global step of the newest checkpoint in `workdir`, or None for a fresh run."""
   root = os.path.join(workdir, "checkpoints")
