@@ -61,8 +61,9 @@ def main(argv):
     print(f"report: {os.path.join(_WORKDIR.value, 'report.json')}")
     return
   heldout = report["splits"]["heldout"]
-  print("heldout success: expert {:.3f}  sft {:.3f}  grpo {:.3f}".format(
-      heldout["expert"]["success"], heldout["sft"]["success"], heldout["grpo"]["success"]))
+  print("heldout success: expert {:.3f}  sft {:.3f}  {} {:.3f}".format(
+      heldout["expert"]["success"], heldout["sft"]["success"], config.algorithm,
+      heldout[config.algorithm]["success"]))
   print(f"report: {os.path.join(_WORKDIR.value, 'report.json')}")
 
 

@@ -8,7 +8,9 @@ Variants, picked after the colon:
 
     --config=experiments/configs/calculator.py:smoke   seconds; tiny model, few steps (tests)
 
-Any field can be overridden, e.g. `--config.grpo.kl_beta=0.04 --config.seed=1`. The defaults
+Any field can be overridden, e.g. `--config.grpo.kl_beta=0.04 --config.seed=1`. The phase after
+SFT is `--config.algorithm=grpo|ppo|dpo|kto`; `--config.soft_reward.weight=0.5` adds a reward
+model trained on verified expert preferences to the reward (see docs/rlhf.md). The defaults
 live in the typed dataclasses of `rlagents.pipeline.AgentJobConfig`; this file only turns them
 into an ml_collections ConfigDict and applies a variant.
 """
@@ -37,6 +39,11 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     values["grpo"].update(num_steps=16, prompts_per_step=8, group_size=4, microbatch_size=16)
     values["grpo"]["optimizer"].update(learning_rate=5e-4)
     values["rollout"].update(batch_size=32, max_length=128, max_tool_calls=3)
+    values["ppo"].update(num_steps=16, episodes_per_step=32, num_minibatches=2, epochs=2)
+    values["ppo"]["optimizer"].update(learning_rate=5e-4)
+    values["dpo"].update(num_steps=48, batch_size=16)
+    values["preferences"].update(expert_tasks=400, policy_prompts=128, policy_samples=4)
+    values["reward_model"].update(num_steps=150, batch_size=32)
     values["eval"].update(every_steps=8, curve_tasks=64, greedy_too=False)
     values["checkpoint_every"] = 8
     values["log_every"] = 4

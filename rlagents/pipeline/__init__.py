@@ -9,6 +9,7 @@ from rlagents.pipeline._config import EvalConfig
 from rlagents.pipeline._config import LoraSettings
 from rlagents.pipeline._agent_job import JobError
 from rlagents.pipeline._agent_job import train_and_evaluate
+from rlagents.pipeline._agent_job import train_sft_only
 
 __all__ = [
     "AgentJobConfig",
@@ -20,4 +21,5 @@ __all__ = [
     "config_from_dict",
     "config_to_dict",
     "train_and_evaluate",
+    "train_sft_only",
 ]

@@ -28,6 +28,7 @@ import functools
 import json
 import logging
 import os
+import resource
 import time
 from typing import Any, Sequence
 
@@ -53,6 +54,7 @@ from rlagents import tasks as tasks_lib
 from rlagents import tools as tools_lib
 from rlagents.pipeline import _config
 from rlagents.pipeline import _policy_init
+from rlagents.pipeline import _rlhf
 from rlagents.pipeline import _suites
 from rlagents.tasks import calculator_expert
 
@@ -67,7 +69,8 @@ def _rng(seed: int, *path: int) -> np.random.Generator:
   return np.random.default_rng([seed, *path])
 
 
-_PHASE_IDS = {"demos": 1, "sft": 2, "grpo": 3, "eval": 4}
+_PHASE_IDS = {"demos": 1, "sft": 2, "grpo": 3, "eval": 4, "ppo": 5, "dpo": 6, "kto": 6,
+              "reward_model": 7, "preferences": 8}
 
 
 class _Job:
@@ -116,6 +119,11 @@ class _Job:
         self.model, self.tokenizer,
         dataclasses.replace(config.rollout, temperature=config.eval.temperature))
     self.sft_steps = config.sft.num_steps
+    # The reward model's scorer (`tokens [N, T] -> scores [N]`) when `soft_reward.weight > 0`.
+    self.learned_scorer = None
+    self.running = rewards.RunningMeanStd()
+    # What the phase after SFT cost: sampled tokens, steps, seconds, trained parameters.
+    self.stats: dict[str, Any] = {}
     # Watches GRPO's evaluation points; a resumed run starts a fresh window.
     self.drift_monitor = rewards.ProxyDriftMonitor(config.proxy_drift)
 
@@ -155,6 +163,28 @@ class _Job:
         toolbox=self.toolbox, config=self.config.rollout, key=key, rng=rng)
     self.score(batch.episodes)
     return batch
+
+  def train_episodes(self, params, tasks, *, key, rng, group_size: int) -> rollout_lib.RolloutBatch:
+    """`policy_episodes` plus the learned reward term (when configured), for RL updates."""
+    batch = self.policy_episodes(params, tasks, key=key, rng=rng)
+    if self.learned_scorer is not None:
+      rewards.add_learned_reward(batch.episodes, self.learned_scorer(batch.tokens),
+                                 self.config.soft_reward, group_size=group_size,
+                                 running=self.running)
+    return batch
+
+  def start_stats(self, state, metadata: dict[str, Any]) -> None:
+    """Restores what the phase after SFT has cost so far (and the soft reward's statistics)."""
+    self.stats.update(trained_parameters=_rlhf.count_parameters(state.params),
+                      rl_steps=metadata.get("step", 0),
+                      sampled_tokens=metadata.get("sampled_tokens", 0),
+                      phase_seconds=metadata.get("phase_seconds", 0.0))
+    if "running" in metadata:
+      self.running.load(metadata["running"])
+
+  def budget_spent(self) -> bool:
+    budget = self.config.sampled_token_budget
+    return bool(budget) and self.stats["sampled_tokens"] >= budget
 
   def init_params(self):
     if self.pretrained_params is not None:
@@ -233,18 +263,25 @@ def _state_tree(state, key, lora: bool = False) -> dict[str, Any]:
   return {"params": params, "opt_state": state.opt_state, "step": state.step, "key": key}
 
 
-def _checkpoint_metadata(config, phase: str, done: int) -> dict[str, Any]:
-  return {"phase": phase, "step": done, "seed": config.seed,
-          "data_position": {"rng": "numpy default_rng([seed, phase_id, step])",
-                            "phase_id": _PHASE_IDS[phase], "next_step": done}}
+def _checkpoint_metadata(config, phase: str, done: int, job: _Job | None = None) -> dict[str, Any]:
+  """The step's metadata; with `job`, also the RL phase's costs and the soft reward's statistics."""
+  metadata = {"phase": phase, "step": done, "seed": config.seed,
+              "data_position": {"rng": "numpy default_rng([seed, phase_id, step])",
+                                "phase_id": _PHASE_IDS[phase], "next_step": done}}
+  if job is not None:
+    metadata.update(sampled_tokens=job.stats["sampled_tokens"],
+                    phase_seconds=job.stats["phase_seconds"], running=job.running.state())
+  return metadata
 
 
 @dataclasses.dataclass
 class _PhaseStart:
-  """Where a phase starts: its train state, RNG key and step (0 for a fresh start)."""
+  """Where a phase starts: its train state, RNG key, step (0 for a fresh start) and the
+  restored checkpoint's metadata ({} for a fresh start)."""
   state: Any
   key: jax.Array
   step: int
+  metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _restore_phase(checkpointer, state, key, *, phase: str, seed: int,
@@ -267,7 +304,7 @@ def _restore_phase(checkpointer, state, key, *, phase: str, seed: int,
         f"expected phase {phase!r}, step {restored.step}, seed {seed}")
   params = {**state.params, "lora": tree["params"]} if lora else tree["params"]
   state = state.replace(params=params, opt_state=tree["opt_state"], step=tree["step"])
-  return _PhaseStart(state, tree["key"], restored.step)
+  return _PhaseStart(state, tree["key"], restored.step, dict(metadata))
 
 
 class _Outputs:
@@ -390,7 +427,8 @@ def _run_grpo(job: _Job, sft_params, start: _PhaseStart, checkpointer, out: _Out
   if start.step == 0:
     # A copy: the update donates the state's buffers, and the reference must survive them.
     state = job.train_state(jax.tree.map(jnp.copy, sft_params), grpo.optimizer)
-  if start.step >= grpo.num_steps:
+  job.start_stats(state, start.metadata)
+  if start.step >= grpo.num_steps or job.budget_spent():
     return state.params
   if config.rollout_mode == "jit":
     return _run_grpo_jit(job, state, key, start.step, sft_params, checkpointer, out)
@@ -403,13 +441,14 @@ def _run_grpo(job: _Job, sft_params, start: _PhaseStart, checkpointer, out: _Out
   rewards_since_eval = []
   bar = tqdm.trange(start.step, grpo.num_steps, desc="GRPO", initial=start.step,
                     total=grpo.num_steps, dynamic_ncols=True)
+  phase_start = time.time() - job.stats["phase_seconds"]
   for step in bar:
     t0 = time.perf_counter()
     rng = _rng(config.seed, _PHASE_IDS["grpo"], step)
     prompts = [train[i] for i in rng.choice(len(train), grpo.prompts_per_step, replace=False)]
     group_tasks = [task for task in prompts for _ in range(grpo.group_size)]
-    rollout = job.policy_episodes(state.params, group_tasks,
-                                  key=jax.random.fold_in(key, step), rng=rng)
+    rollout = job.train_episodes(state.params, group_tasks, key=jax.random.fold_in(key, step),
+                                 rng=rng, group_size=grpo.group_size)
     if config.diversity_weight:
       _apply_diversity_penalty(rollout.episodes, grpo.group_size, config.diversity_weight)
     rewards_since_eval.extend(e.reward for e in rollout.episodes)
@@ -425,28 +464,25 @@ def _run_grpo(job: _Job, sft_params, start: _PhaseStart, checkpointer, out: _Out
     for _ in range(grpo.updates_per_batch):
       state, metrics = update(state, sft_params, batch)
     done = step + 1
+    job.stats["sampled_tokens"] += int(rollout.loss_mask.sum())
+    job.stats["rl_steps"] = done
     global_step = job.sft_steps + done
     out.episodes(rollout.episodes, phase="grpo", step=global_step, policy="policy")
     if done % config.log_every == 0 or done == grpo.num_steps:
-      summary = evaluation.summarize_episodes(rollout.episodes)
-      terms = {f"reward/{name}": float(np.mean([e.reward_terms[name] for e in rollout.episodes]))
-               for name in rewards.TERMS}
-      metrics = {**jax.device_get(metrics), **terms,
-                 "train/success": summary["success"],
-                 "train/mean_reward": summary["mean_reward"],
-                 "train/mean_tool_calls": summary["mean_tool_calls"],
-                 "train/sampled_tokens": float(rollout.loss_mask.sum()),
-                 "time/rollout_s": t_rollout,
-                 "time/step_s": time.perf_counter() - t0}
-      out.metrics(global_step, metrics)
-      bar.set_postfix(success=f"{summary['success']:.2f}", reward=f"{summary['mean_reward']:.2f}")
+      _rlhf.log_rl_step(out, global_step, metrics, rollout, t0, t_rollout, bar)
     if config.eval.every_steps and done % config.eval.every_steps == 0:
       success = _curve_eval(job, state.params, global_step, out)
       bar.write(f"GRPO step {done}: heldout success {success:.3f}")
       _watch_proxy_drift(job, state.params, global_step, rewards_since_eval, out)
       rewards_since_eval = []
-    if done % config.checkpoint_every == 0 or done == grpo.num_steps:
-      checkpointer.save(done, _state_tree(state, key, job.lora is not None), _checkpoint_metadata(config, "grpo", done))
+    job.stats["phase_seconds"] = time.time() - phase_start
+    # The step that spends the budget is the phase's last: saved, so a resume stops there too.
+    if (done % config.checkpoint_every == 0 or done == grpo.num_steps
+        or job.budget_spent()):
+      checkpointer.save(done, _state_tree(state, key, job.lora is not None),
+                        _checkpoint_metadata(config, "grpo", done, job))
+    if job.budget_spent():
+      break
   return state.params
 
 
@@ -489,8 +525,10 @@ def _run_grpo_jit(job: _Job, state, key, start: int, sft_params, checkpointer,
   return state.params
 
 
-def _final_report(job: _Job, sft_params, grpo_params, out: _Outputs) -> dict[str, Any]:
+def _final_report(job: _Job, sft_params, rl_params, out: _Outputs) -> dict[str, Any]:
+  """Evaluates the expert, the SFT policy and the policy of `config.algorithm` (named so)."""
   config = job.config
+  name_rl = config.algorithm
   final_step = job.sft_steps + config.grpo.num_steps
   report: dict[str, Any] = {"splits": {}, "eval_temperature": config.eval.temperature}
   for index, split in enumerate(EVAL_SPLITS):
@@ -499,7 +537,7 @@ def _final_report(job: _Job, sft_params, grpo_params, out: _Outputs) -> dict[str
     expert = job.expert_episodes(tasks, _rng(config.seed, _PHASE_IDS["eval"], 10**6, index))
     entry["expert"] = evaluation.summarize_episodes(expert)
     out.episodes(expert, phase="final_eval", step=final_step, policy="expert", split=split)
-    for name, params in (("sft", sft_params), ("grpo", grpo_params)):
+    for name, params in (("sft", sft_params), (name_rl, rl_params)):
       policy_key = jax.random.PRNGKey(config.seed + 100 + index)
       batch = job.policy_episodes(params, tasks, key=policy_key,
                                   rng=_rng(config.seed, _PHASE_IDS["eval"], 10**6, index),
@@ -515,9 +553,11 @@ def _final_report(job: _Job, sft_params, grpo_params, out: _Outputs) -> dict[str
         entry[name]["greedy_success"] = evaluation.summarize_episodes(greedy.episodes)["success"]
     report["splits"][split] = entry
   heldout = report["splits"]["heldout"]
-  report["heldout_gain_grpo_over_sft"] = heldout["grpo"]["success"] - heldout["sft"]["success"]
-  report["heldout_gain_grpo_over_expert"] = (heldout["grpo"]["success"]
-                                             - heldout["expert"]["success"])
+  report["algorithm"] = name_rl
+  report[f"heldout_gain_{name_rl}_over_sft"] = (heldout[name_rl]["success"]
+                                                - heldout["sft"]["success"])
+  report[f"heldout_gain_{name_rl}_over_expert"] = (heldout[name_rl]["success"]
+                                                   - heldout["expert"]["success"])
   return report
 
 
@@ -534,19 +574,14 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
   if primary:
     job.tokenizer.save_pretrained(os.path.join(workdir, "tokenizer"))
 
+  rl_phase = config.algorithm
   with checkpoint_lib.Checkpointer(os.path.join(workdir, "checkpoints", "sft")) as sft_ckpt, \
-       checkpoint_lib.Checkpointer(os.path.join(workdir, "checkpoints", "grpo")) as grpo_ckpt:
+       checkpoint_lib.Checkpointer(os.path.join(workdir, "checkpoints", rl_phase)) as rl_ckpt:
     # Both phases are restored before anything is written: the global step the run resumes
     # from is that of the newest checkpoint that could actually be read.
-    lora = job.lora is not None
-    sft_start = _restore_phase(
-        sft_ckpt, job.train_state(job.init_params(), config.sft.optimizer),
-        jax.random.PRNGKey(config.seed), phase="sft", seed=config.seed, lora=lora)
-    grpo_start = _restore_phase(
-        grpo_ckpt, job.train_state(job.init_params(), config.grpo.optimizer),
-        jax.random.PRNGKey(config.seed + 1), phase="grpo", seed=config.seed, lora=lora)
-    if grpo_start.step:
-      resume_step = job.sft_steps + grpo_start.step
+    sft_start, rl_start = _restore_phases(job, sft_ckpt, rl_ckpt)
+    if rl_start.step:
+      resume_step = job.sft_steps + rl_start.step
     else:
       resume_step = sft_start.step or None
     out = _Outputs(workdir, resume_step)
@@ -556,11 +591,22 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
 
     sft_params = _run_sft(job, sft_start, sft_ckpt, out)
     del sft_start
-    grpo_params = _run_grpo(job, sft_params, grpo_start, grpo_ckpt, out)
-    del grpo_start
+    reward_model_report = None
+    if config.soft_reward.weight > 0 and rl_phase in ("grpo", "ppo"):
+      reward_model_report = _rlhf.train_reward_model(job, sft_params, out)
+    run_phase = {"grpo": _run_grpo, "ppo": _rlhf.run_ppo, "dpo": _rlhf.run_offline,
+                 "kto": _rlhf.run_offline}[rl_phase]
+    rl_params = run_phase(job, sft_params, rl_start, rl_ckpt, out)
+    del rl_start
   # Leaving the block waited for the last (asynchronous) saves.
-  report = _final_report(job, sft_params, grpo_params, out)
+  report = _final_report(job, sft_params, rl_params, out)
   report["wall_seconds_this_invocation"] = time.time() - start_time
+  report["after_sft"] = dict(job.stats)
+  if reward_model_report is not None:
+    report["reward_model"] = reward_model_report
+  # Peak resident memory of this process (Linux reports KiB).
+  report["peak_rss_mib_this_invocation"] = resource.getrusage(
+      resource.RUSAGE_SELF).ru_maxrss / 1024
   report["resumed_from_step"] = resume_step
   report["proxy_drift"] = {"points": len(job.drift_monitor.history),
                            "alarm_steps": list(job.drift_monitor.alarms)}
@@ -568,7 +614,7 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
   if not primary:
     return report
 
-  hf.export_pretrained(job.policy_params(grpo_params), job.model.config, job.tokenizer,
+  hf.export_pretrained(job.policy_params(rl_params), job.model.config, job.tokenizer,
                        os.path.join(workdir, "export"))
   with open(os.path.join(workdir, "report.json"), "w") as f:
     json.dump(report, f, indent=2)
@@ -577,8 +623,41 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
       os.path.join(workdir, "metrics.csv"), os.path.join(workdir, "learning_curves.png"),
       panels={"SFT loss": ["sft/nll"],
               "heldout success": ["eval/heldout_success", "train/success"],
-              "reward terms (GRPO)": [f"reward/{t}" for t in rewards.TERMS],
-              "KL to SFT": ["grpo/kl"]},
+              f"reward terms ({rl_phase.upper()})": [
+                  f"reward/{t}" for t in rewards.TERMS + ("learned_term",)],
+              "KL to SFT": ["grpo/kl", "ppo/kl_reward_penalty"]},
       markers={"expert": heldout["expert"]["success"]})
   return report
+
+
+def _restore_phases(job: _Job, sft_ckpt, rl_ckpt) -> tuple[_PhaseStart, _PhaseStart]:
+  """The starts of SFT and of the phase after it (`config.algorithm`), from their checkpoints."""
+  config, lora = job.config, job.lora is not None
+  sft_start = _restore_phase(
+      sft_ckpt, job.train_state(job.init_params(), config.sft.optimizer),
+      jax.random.PRNGKey(config.seed), phase="sft", seed=config.seed, lora=lora)
+  rl_start = _restore_phase(
+      rl_ckpt, _rlhf.template_state(job), jax.random.PRNGKey(config.seed + 1),
+      phase=config.algorithm, seed=config.seed, lora=lora)
+  return sft_start, rl_start
+
+
+def train_sft_only(config: _config.AgentJobConfig, workdir: str) -> None:
+  """Runs (or resumes) only the SFT phase in `workdir`.
+
+  Several runs that differ only after SFT (e.g. `experiments/compare_algorithms.py`) can then
+  start from a copy of `checkpoints/sft`, which the job finds and does not repeat.
+  """
+  _check_workdir(config, workdir)
+  job = _Job(config, workdir)
+  if jax.process_index() == 0:
+    job.tokenizer.save_pretrained(os.path.join(workdir, "tokenizer"))
+  with checkpoint_lib.Checkpointer(os.path.join(workdir, "checkpoints", "sft")) as sft_ckpt:
+    sft_start = _restore_phase(
+        sft_ckpt, job.train_state(job.init_params(), config.sft.optimizer),
+        jax.random.PRNGKey(config.seed), phase="sft", seed=config.seed,
+        lora=job.lora is not None)
+    out = _Outputs(workdir, sft_start.step or None)
+    _run_sft(job, sft_start, sft_ckpt, out)
+  out.close()
 

@@ -10,13 +10,17 @@ import difflib
 import typing
 from typing import Any, Mapping
 
+from rlagents.learners import DPOConfig
 from rlagents.learners import GRPOConfig
 from rlagents.learners import OptimizerConfig
+from rlagents.learners import PPOAgentConfig
+from rlagents.learners import RewardModelConfig
 from rlagents.learners import SFTConfig
 from rlagents.networks import LoraConfig
 from rlagents.networks import TransformerConfig
 from rlagents.rewards import ProxyDriftConfig
 from rlagents.rewards import RewardConfig
+from rlagents.rewards import SoftRewardConfig
 from rlagents.rewards import SuiteRewardConfig
 from rlagents.rollout import RolloutConfig
 from rlagents.tasks import CalculatorSuiteConfig
@@ -27,6 +31,7 @@ from rlagents.tasks.scripted_policies import POLICIES
 
 TASKS = ("calculator", "retrieval", "codefix")
 ROLLOUT_MODES = ("host", "jit")
+ALGORITHMS = ("grpo", "ppo", "dpo", "kto")
 
 
 class ConfigError(ValueError):
@@ -82,6 +87,36 @@ class LoraSettings:
     return LoraConfig(rank=self.rank, alpha=self.alpha, targets=tuple(self.targets))
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PreferenceDataConfig:
+  """Where preference data come from (reward model, DPO, KTO).
+
+  Attributes:
+    expert_tasks: training tasks the noisy expert plays for the reward model's preferences.
+    expert_attempts: episodes per task; a task with a correct and an incorrect one gives pairs.
+    policy_prompts: training tasks the SFT policy samples for DPO / KTO data (stopped earlier by
+      `sampled_token_budget`).
+    policy_samples: episodes per prompt; DPO pairs a verified-correct with an incorrect one,
+      KTO labels each episode by whether it verifies.
+    preference_file: a JSONL preference file to use for DPO instead of sampling ('' to sample).
+    feedback_file: a JSONL binary-feedback file to use for KTO instead of sampling.
+  """
+  expert_tasks: int = 2000
+  expert_attempts: int = 4
+  policy_prompts: int = 1024
+  policy_samples: int = 8
+  preference_file: str = ""
+  feedback_file: str = ""
+
+  def __post_init__(self):
+    for name in ("expert_tasks", "policy_prompts"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"PreferenceDataConfig.{name} must be >= 1, got {getattr(self, name)}")
+    for name in ("expert_attempts", "policy_samples"):
+      if getattr(self, name) < 2:
+        raise ValueError(f"PreferenceDataConfig.{name} must be >= 2, got {getattr(self, name)}")
+
+
 def _default_model() -> TransformerConfig:
   # vocab_size is set from the tokenizer by the job; max_len covers the rollout buffer.
   return TransformerConfig(vocab_size=1, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2,
@@ -109,6 +144,16 @@ class AgentJobConfig:
     sft: the supervised warm start.
     grpo: the RL phase.
     eval: evaluation settings.
+    algorithm: what follows SFT, one of `ALGORITHMS`: 'grpo' or 'ppo' (online RL), 'dpo' or
+      'kto' (offline, on verified samples of the SFT policy or on `preferences` files).
+    ppo: PPO for the language agent (`algorithm='ppo'`).
+    dpo: DPO / KTO settings (`algorithm='dpo'` or `'kto'`).
+    reward_model: training of the reward model used when `soft_reward.weight > 0`.
+    soft_reward: the reward model's term in the RL reward (weight 0: gate and shaping only).
+    preferences: where the reward model's and DPO / KTO's data come from.
+    sampled_token_budget: stop sampling once this many policy tokens were sampled after SFT
+      (0: no budget). RL stops its steps there; DPO / KTO sample their data up to it. The same
+      budget makes the algorithms comparable (`experiments/compare_algorithms.py`).
     checkpoint_every: save every this many steps of each phase (and at each phase's end).
     log_every: write training metrics every this many steps.
     task: the suite, one of `TASKS`. "calculator" trains (SFT, then GRPO); "retrieval" and
@@ -148,6 +193,13 @@ class AgentJobConfig:
   sft: SFTConfig = SFTConfig()
   grpo: GRPOConfig = GRPOConfig()
   eval: EvalConfig = EvalConfig()
+  algorithm: str = "grpo"
+  ppo: PPOAgentConfig = PPOAgentConfig()
+  dpo: DPOConfig = DPOConfig()
+  reward_model: RewardModelConfig = RewardModelConfig()
+  soft_reward: SoftRewardConfig = SoftRewardConfig()
+  preferences: PreferenceDataConfig = PreferenceDataConfig()
+  sampled_token_budget: int = 0
   checkpoint_every: int = 100
   log_every: int = 10
   rollout_mode: str = "host"
@@ -165,6 +217,17 @@ class AgentJobConfig:
       raise ValueError(f"diversity_weight must be >= 0, got {self.diversity_weight}")
     if self.task not in TASKS:
       raise ValueError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
+    if self.algorithm not in ALGORITHMS:
+      raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got "
+                       f"{self.algorithm!r}")
+    if self.algorithm != "grpo" and (self.lora.rank or self.rollout_mode != "host"):
+      raise ValueError(f"algorithm={self.algorithm!r} trains all parameters on host rollouts; "
+                       "lora.rank and rollout_mode='jit' apply to algorithm='grpo' only")
+    if self.sampled_token_budget < 0:
+      raise ValueError(f"sampled_token_budget must be >= 0, got {self.sampled_token_budget}")
+    if self.soft_reward.normalization == "group" and self.algorithm == "ppo":
+      raise ValueError("soft_reward.normalization='group' needs groups of episodes per prompt "
+                       "(GRPO); use 'running' with PPO")
     if self.scripted_policy not in POLICIES:
       raise ValueError(f"scripted_policy must be one of {', '.join(POLICIES)}, got "
                        f"{self.scripted_policy!r}")

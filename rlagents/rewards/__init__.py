@@ -1,4 +1,4 @@
-"""Rewards: the verifiable gate, shaping terms, their composition and hacking detectors."""
+"""Rewards: the verifiable gate, shaping terms, learned (soft) terms, composition, hacking detectors."""
 
 from rlagents.rewards._composition import compose_reward
 from rlagents.rewards._composition import reward_terms
@@ -13,6 +13,11 @@ from rlagents.rewards._hacking import diversity_penalty
 from rlagents.rewards._hacking import ProxyDriftConfig
 from rlagents.rewards._hacking import ProxyDriftMonitor
 from rlagents.rewards._hacking import redundant_calls
+from rlagents.rewards._learned import add_learned_reward
+from rlagents.rewards._learned import normalize_scores
+from rlagents.rewards._learned import NORMALIZATIONS
+from rlagents.rewards._learned import RunningMeanStd
+from rlagents.rewards._learned import SoftRewardConfig
 from rlagents.rewards._suites import CODEFIX_TERMS
 from rlagents.rewards._suites import codefix_reward_terms
 from rlagents.rewards._suites import compose_codefix_reward
@@ -24,12 +29,16 @@ from rlagents.rewards._suites import SuiteRewardConfig
 __all__ = [
     "CODEFIX_TERMS",
     "DETECTORS",
+    "NORMALIZATIONS",
     "ProxyDriftConfig",
     "ProxyDriftMonitor",
     "RETRIEVAL_TERMS",
     "RewardConfig",
+    "RunningMeanStd",
+    "SoftRewardConfig",
     "SuiteRewardConfig",
     "TERMS",
+    "add_learned_reward",
     "codefix_reward_terms",
     "compose_codefix_reward",
     "compose_reward",
@@ -39,6 +48,7 @@ __all__ = [
     "detect_padding",
     "detect_test_tampering",
     "diversity_penalty",
+    "normalize_scores",
     "redundant_calls",
     "retrieval_reward_terms",
     "reward_terms",

@@ -1,0 +1,249 @@
+"""Preference and binary-feedback data: JSONL files, generation from verifiable tasks, encoding.
+
+Host code. A preference file has one JSON object per line, either a pair
+
+    {"prompt": "12+7=?", "chosen": "<call>calc(12+7)</call><obs>19</obs><answer>19</answer>",
+     "rejected": "<answer>21</answer>"}
+
+or a ranked list, best first, which becomes every (better, worse) pair:
+
+    {"prompt": "12+7=?", "ranked": ["<answer>19</answer>", "<answer>18</answer>", "<answer>x</answer>"]}
+
+A binary-feedback file (KTO) has `{"prompt": ..., "completion": ..., "desirable": true|false}`.
+Bad input raises `PreferenceDataError` naming the file and line: invalid JSON, a missing field,
+an empty completion, a ranked list of fewer than two.
+
+Encoding: `<bos>` + prompt + completion as tokens; the mask is 1 on the completion's tokens
+except text inside `<obs>...</obs>` (tool output is not the policy's), 0 on the prompt and padding
+-- the same `loss_mask` the rollout gives an episode.
+"""
+
+import dataclasses
+import json
+import re
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from rlagents.rollout import _episode
+
+
+class PreferenceDataError(ValueError):
+  """A preference or feedback file that cannot be read; the message names the file and line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PreferencePair:
+  prompt: str
+  chosen: str
+  rejected: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Feedback:
+  prompt: str
+  completion: str
+  desirable: bool
+
+
+def _records(path: str):
+  with open(path) as f:
+    for number, line in enumerate(f, start=1):
+      if not line.strip():
+        continue
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise PreferenceDataError(f"{path}:{number}: invalid JSON ({e.msg})") from None
+      if not isinstance(record, dict):
+        raise PreferenceDataError(f"{path}:{number}: expected a JSON object, got "
+                                  f"{type(record).__name__}")
+      yield number, record
+
+
+def _text(record: dict, field: str, where: str, *, allow_empty: bool = False) -> str:
+  if field not in record:
+    raise PreferenceDataError(f"{where}: missing field '{field}'")
+  value = record[field]
+  if not isinstance(value, str):
+    raise PreferenceDataError(f"{where}: field '{field}' must be a string, got "
+                              f"{type(value).__name__}")
+  if not allow_empty and not value.strip():
+    raise PreferenceDataError(f"{where}: field '{field}' is an empty completion")
+  return value
+
+
+def load_preferences(path: str) -> list[PreferencePair]:
+  """Reads pairs (`chosen`/`rejected`) and ranked lists (`ranked`, best first) from JSONL."""
+  pairs = []
+  for number, record in _records(path):
+    where = f"{path}:{number}"
+    prompt = _text(record, "prompt", where, allow_empty=True)
+    if "ranked" in record:
+      ranked = record["ranked"]
+      if not isinstance(ranked, list) or len(ranked) < 2:
+        raise PreferenceDataError(f"{where}: field 'ranked' must be a list of at least two "
+                                  f"completions")
+      texts = [_text({"ranked": r}, "ranked", f"{where} (ranked[{i}])")
+               for i, r in enumerate(ranked)]
+      pairs += [PreferencePair(prompt, texts[i], texts[j])
+                for i in range(len(texts)) for j in range(i + 1, len(texts))]
+    else:
+      pairs.append(PreferencePair(prompt, _text(record, "chosen", where),
+                                  _text(record, "rejected", where)))
+  if not pairs:
+    raise PreferenceDataError(f"{path}: no preference pairs")
+  return pairs
+
+
+def load_feedback(path: str) -> list[Feedback]:
+  """Reads binary feedback (`prompt`, `completion`, `desirable`) from JSONL."""
+  items = []
+  for number, record in _records(path):
+    where = f"{path}:{number}"
+    prompt = _text(record, "prompt", where, allow_empty=True)
+    completion = _text(record, "completion", where)
+    if "desirable" not in record:
+      raise PreferenceDataError(f"{where}: missing field 'desirable'")
+    if not isinstance(record["desirable"], bool):
+      raise PreferenceDataError(f"{where}: field 'desirable' must be true or false")
+    items.append(Feedback(prompt, completion, record["desirable"]))
+  if not items:
+    raise PreferenceDataError(f"{path}: no feedback records")
+  return items
+
+
+def write_jsonl(path: str, records: Iterable[dict]) -> None:
+  with open(path, "w") as f:
+    for record in records:
+      f.write(json.dumps(record) + "\n")
+
+
+# ---- from verifiable tasks ----
+
+def completion_text(episode: _episode.Episode) -> str:
+  """Everything after the prompt: each action and the observation that followed it."""
+  parts = []
+  for action in episode.actions:
+    parts.append(action.text)
+    if action.result is not None:
+      parts.append(_episode.observation_text(action.result.observation))
+  return "".join(parts)
+
+
+def verified_preferences(episodes: Sequence[_episode.Episode], *,
+                         rng: np.random.Generator) -> list[PreferencePair]:
+  """Pairs (a correct episode, an incorrect one) of the same task.
+
+  `episodes` are scored (`reward_terms['correct_answer']` set) and may hold several episodes per
+  task; each task with both outcomes gives min(#correct, #incorrect) pairs, each episode used once.
+  """
+  by_task: dict[str, tuple[list, list]] = {}
+  for e in episodes:
+    good, bad = by_task.setdefault(e.task.task_id, ([], []))
+    (good if e.reward_terms["correct_answer"] else bad).append(e)
+  pairs = []
+  for good, bad in by_task.values():
+    good = [good[i] for i in rng.permutation(len(good))]
+    bad = [bad[i] for i in rng.permutation(len(bad))]
+    for g, b in zip(good, bad):
+      pairs.append(PreferencePair(g.task.prompt, completion_text(g), completion_text(b)))
+  return pairs
+
+
+def verified_feedback(episodes: Sequence[_episode.Episode]) -> list[Feedback]:
+  """Each scored episode labelled desirable when its answer verifies."""
+  return [Feedback(e.task.prompt, completion_text(e), bool(e.reward_terms["correct_answer"]))
+          for e in episodes]
+
+
+def pair_records(pairs: Sequence[PreferencePair]) -> list[dict]:
+  return [{"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected} for p in pairs]
+
+
+def feedback_records(items: Sequence[Feedback]) -> list[dict]:
+  return [{"prompt": f.prompt, "completion": f.completion, "desirable": f.desirable}
+          for f in items]
+
+
+# ---- encoding ----
+
+_OBSERVATION = re.compile(re.escape(_episode.OBS_OPEN) + ".*?" + re.escape(_episode.OBS_CLOSE),
+                          re.S)
+
+
+def encode(prompt: str, completion: str, tokenizer, max_length: int) -> tuple[np.ndarray,
+                                                                               np.ndarray]:
+  """`(tokens [max_length] int32, mask [max_length] float32)` of one prompt and completion."""
+  ids = tokenizer.encode(_episode.prompt_text(_PromptOnly(prompt)), add_special_tokens=False)
+  mask = [0.0] * len(ids)
+  position = 0
+  pieces = []
+  for match in _OBSERVATION.finditer(completion):
+    pieces.append((completion[position:match.start()], 1.0))
+    pieces.append((match.group(0), 0.0))
+    position = match.end()
+  pieces.append((completion[position:], 1.0))
+  for text, weight in pieces:
+    if text:
+      piece = tokenizer.encode(text, add_special_tokens=False)
+      ids += piece
+      mask += [weight] * len(piece)
+  if len(ids) > max_length:
+    raise PreferenceDataError(f"prompt {prompt!r} with its completion needs {len(ids)} tokens, "
+                              f"more than max_length={max_length}")
+  tokens = np.zeros(max_length, np.int32)
+  weights = np.zeros(max_length, np.float32)
+  tokens[:len(ids)] = ids
+  weights[:len(ids)] = mask
+  return tokens, weights
+
+
+@dataclasses.dataclass(frozen=True)
+class _PromptOnly:
+  prompt: str
+
+
+def encode_pairs(pairs: Sequence[PreferencePair], tokenizer,
+                 max_length: int) -> dict[str, np.ndarray]:
+  """`chosen_tokens`, `chosen_mask`, `rejected_tokens`, `rejected_mask`, each `[N, max_length]`."""
+  chosen = [encode(p.prompt, p.chosen, tokenizer, max_length) for p in pairs]
+  rejected = [encode(p.prompt, p.rejected, tokenizer, max_length) for p in pairs]
+  return {
+      "chosen_tokens": np.stack([c[0] for c in chosen]),
+      "chosen_mask": np.stack([c[1] for c in chosen]),
+      "rejected_tokens": np.stack([r[0] for r in rejected]),
+      "rejected_mask": np.stack([r[1] for r in rejected]),
+  }
+
+
+def encode_feedback(items: Sequence[Feedback], tokenizer,
+                    max_length: int) -> dict[str, np.ndarray]:
+  """`tokens`, `mask`, `kl_tokens`, `kl_mask` `[N, max_length]` and `desirable` `[N]` float32.
+
+  `kl_*` pair prompt i with the completion of item i + 1 (mod N): the mismatched completions
+  from which KTO estimates its reference point.
+  """
+  rows = [encode(f.prompt, f.completion, tokenizer, max_length) for f in items]
+  mismatched = [encode(f.prompt, items[(i + 1) % len(items)].completion, tokenizer, max_length)
+                for i, f in enumerate(items)]
+  return {
+      "tokens": np.stack([r[0] for r in rows]),
+      "mask": np.stack([r[1] for r in rows]),
+      "kl_tokens": np.stack([r[0] for r in mismatched]),
+      "kl_mask": np.stack([r[1] for r in mismatched]),
+      "desirable": np.array([f.desirable for f in items], np.float32),
+  }
+
+
+def trim_batch(batch: dict[str, np.ndarray], multiple: int = 32) -> dict[str, np.ndarray]:
+  """Cuts every `[N, T]` array of `batch` after the longest sequence, rounded up to `multiple`.
+
+  Fewer distinct lengths mean fewer compilations; padding is token id 0.
+  """
+  used = 1
+  for name, array in batch.items():
+    if name.endswith("tokens"):
+      used = max(used, int(np.max(np.nonzero(array.any(axis=0))[0], initial=0)) + 1)
+  length = -(-used // multiple) * multiple
+  return {k: (v[:, :length] if v.ndim == 2 else v) for k, v in batch.items()}
