@@ -24,9 +24,6 @@ from rlagents.learners import ppo_agent
 from rlagents.learners import reward_model as reward_model_lib
 from rlagents.pipeline import _agent_job
 
-_PHASE_IDS = _agent_job._PHASE_IDS
-
-
 def count_parameters(tree) -> int:
   return int(sum(np.prod(x.shape) for x in jax.tree.leaves(tree)))
 
@@ -85,8 +82,8 @@ def _fit_reward_model(job, model, params):
   prefs = config.preferences
   tasks = job.splits["train"][:prefs.expert_tasks]
   episodes = job.expert_episodes([t for t in tasks for _ in range(prefs.expert_attempts)],
-                                 _agent_job._rng(config.seed, _PHASE_IDS["reward_model"]))
-  rng = _agent_job._rng(config.seed, _PHASE_IDS["reward_model"], 1)
+                                 _agent_job._rng(config.seed, _agent_job._PHASE_IDS["reward_model"]))
+  rng = _agent_job._rng(config.seed, _agent_job._PHASE_IDS["reward_model"], 1)
   pairs = learners.verified_preferences(episodes, rng=rng)
   train, heldout = reward_model_lib.split_pairs(pairs, config.reward_model.heldout_fraction, rng)
   length = config.rollout.max_length
@@ -122,7 +119,7 @@ def run_ppo(job, sft_params, start, checkpointer, out) -> Any:
   phase_start = time.time() - job.stats["phase_seconds"]
   for step in bar:
     t0 = time.perf_counter()
-    rng = _agent_job._rng(config.seed, _PHASE_IDS["ppo"], step)
+    rng = _agent_job._rng(config.seed, _agent_job._PHASE_IDS["ppo"], step)
     tasks = [train[i] for i in rng.choice(len(train), ppo.episodes_per_step, replace=False)]
     rollout = job.train_episodes(state.params["policy"], tasks,
                                  key=jax.random.fold_in(key, step), rng=rng, group_size=1)
@@ -177,7 +174,7 @@ def _sample_offline_data(job, sft_params, out, kind: str, path: str) -> None:
   and writes the pairs (DPO) or labelled completions (KTO) as a JSONL file."""
   config, prefs = job.config, job.config.preferences
   train = job.splits["train"]
-  rng = _agent_job._rng(config.seed, _PHASE_IDS["preferences"])
+  rng = _agent_job._rng(config.seed, _agent_job._PHASE_IDS["preferences"])
   order = rng.permutation(len(train))[:prefs.policy_prompts]
   chunk = config.grpo.prompts_per_step
   episodes, sampled = [], 0
@@ -185,7 +182,7 @@ def _sample_offline_data(job, sft_params, out, kind: str, path: str) -> None:
     if config.sampled_token_budget and sampled >= config.sampled_token_budget:
       break
     tasks = [train[i] for i in order[begin:begin + chunk] for _ in range(prefs.policy_samples)]
-    chunk_rng = _agent_job._rng(config.seed, _PHASE_IDS["preferences"], 1, index)
+    chunk_rng = _agent_job._rng(config.seed, _agent_job._PHASE_IDS["preferences"], 1, index)
     batch = job.policy_episodes(sft_params, tasks, rng=chunk_rng,
                                 key=jax.random.fold_in(jax.random.PRNGKey(config.seed + 1), index))
     sampled += int(batch.loss_mask.sum())
@@ -255,6 +252,6 @@ def run_offline(job, sft_params, start, checkpointer, out) -> Any:
   state = dpo_lib.train_offline(
       step_fn, state, sft_params, data, num_steps=settings.num_steps,
       batch_size=settings.batch_size, start=start.step, on_step=on_step,
-      rng_for_step=lambda s: _agent_job._rng(config.seed, _PHASE_IDS[kind], s))
+      rng_for_step=lambda s: _agent_job._rng(config.seed, _agent_job._PHASE_IDS[kind], s))
   bar.close()
   return state.params
