@@ -1,5 +1,8 @@
 """Device mesh, sharding rules, data-parallel wrappers of the update steps, multi-host start."""
 
+from rlagents.parallel._distributed import initialize
+from rlagents.parallel._distributed import ProcessSetup
+from rlagents.parallel._distributed import resolve_setup
 from rlagents.parallel._mesh import AXES
 from rlagents.parallel._mesh import make_mesh
 from rlagents.parallel._mesh import MeshConfig
@@ -14,9 +17,12 @@ from rlagents.parallel._wrappers import shard_map_update
 __all__ = [
     "AXES",
     "MeshConfig",
+    "ProcessSetup",
     "array_spec",
+    "initialize",
     "make_mesh",
     "num_batch_shards",
+    "resolve_setup",
     "pmap_update",
     "shard_batch",
     "shard_map_update",

@@ -38,7 +38,14 @@ def state_specs(tree, mesh: Mesh, *, min_size: int = 1024):
 def shard_state(tree, mesh: Mesh, *, min_size: int = 1024):
   """Puts a train state (or params) on `mesh` by `state_specs`."""
   specs = state_specs(tree, mesh, min_size=min_size)
-  return jax.tree.map(lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), tree, specs)
+
+  def put(x, spec):
+    # From every process's identical host copy, so it also works on a multi-host mesh.
+    host = np.asarray(x)
+    return jax.make_array_from_callback(host.shape, NamedSharding(mesh, spec),
+                                        lambda index: host[index])
+
+  return jax.tree.map(put, tree, specs)
 
 
 def check_batch(batch, num_shards: int) -> None:
@@ -51,7 +58,13 @@ def check_batch(batch, num_shards: int) -> None:
 
 
 def shard_batch(batch, mesh: Mesh):
-  """Puts a batch on `mesh` with its leading dimension split over ('data', 'fsdp')."""
-  check_batch(batch, _mesh.num_batch_shards(mesh))
+  """Puts a batch on `mesh` with its leading dimension split over ('data', 'fsdp').
+
+  With several processes `batch` is this process's part (its own rollouts); the global batch is
+  the processes' parts concatenated in process order.
+  """
+  local_devices = sum(d.process_index == jax.process_index() for d in mesh.devices.flat)
+  check_batch(batch, local_devices)
   sharding = NamedSharding(mesh, BATCH_SPEC)
-  return jax.tree.map(lambda x: jax.device_put(x, sharding), batch)
+  return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)),
+                      batch)
