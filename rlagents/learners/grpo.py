@@ -121,6 +121,43 @@ def _with_advantages(batch, config: GRPOConfig):
   return {**batch, "advantages": advantages}
 
 
+def grpo_advantages(batch, config: GRPOConfig) -> jax.Array:
+  """`[N]` advantages of a whole batch (groups contiguous); computed before it is split on devices,
+  since some estimators ('reinforce_pp') normalise over the whole batch."""
+  return _with_advantages(batch, config)["advantages"]
+
+
+def _aggregation_weight(mask: jax.Array, aggregation: str) -> jax.Array:
+  """This shard's part of the aggregation's denominator (see `losses.aggregate_loss`)."""
+  if aggregation == "token_mean":
+    return mask.sum()
+  if aggregation == "seq_mean_token_mean":
+    return (mask.sum(axis=1) > 0).sum().astype(jnp.float32)
+  return jnp.float32(mask.shape[0])  # seq_sum_max_len: a mean over rows
+
+
+def grpo_update(state, ref_params, batch, *, config: GRPOConfig, axis_name=None):
+  """One GRPO optimizer step, pure: `(state, ref_params, batch) -> (state, metrics)`.
+
+  `batch` holds `tokens` [N, T] int32, `loss_mask` [N, T], `old_logprobs` [N, T] and `advantages`
+  [N] (from `grpo_advantages` on the whole batch). Under a device map (`rlagents.parallel`)
+  `batch` is this device's shard and `axis_name` the mapped axis (or axes): gradients and metrics
+  are averaged weighted by each shard's part of the aggregation's denominator, so the step equals
+  the single-device step on the whole batch.
+  """
+  grad_fn = jax.value_and_grad(grpo_loss, has_aux=True)
+  (_, metrics), grads = grad_fn(state.params, state.apply_fn, ref_params, batch,
+                                config=config, max_len=batch["tokens"].shape[1])
+  metrics["grpo/advantage_abs_mean"] = jnp.abs(batch["advantages"]).mean()
+  weight = _aggregation_weight(batch["loss_mask"], config.aggregation)
+  grads, metrics = _state.reduce_across((grads, metrics), weight, axis_name)
+  if axis_name is not None:  # a plain mean over rows, not the loss's weighting
+    metrics["grpo/advantage_abs_mean"] = jax.lax.pmean(
+        jnp.abs(batch["advantages"]).mean(), axis_name)
+  metrics["grpo/grad_norm"] = sft.global_norm(grads)
+  return state.apply_gradients(grads=grads), metrics
+
+
 def make_grpo_step(config: GRPOConfig):
   """The jitted GRPO update `(state, ref_params, batch) -> (state, metrics)` on a whole batch.
 
@@ -133,12 +170,7 @@ def make_grpo_step(config: GRPOConfig):
 
   def update(state, ref_params, batch):
     batch = _with_advantages(batch, config)
-    grad_fn = jax.value_and_grad(grpo_loss, has_aux=True)
-    (_, metrics), grads = grad_fn(state.params, state.apply_fn, ref_params, batch,
-                                  config=config, max_len=batch["tokens"].shape[1])
-    metrics["grpo/grad_norm"] = sft.global_norm(grads)
-    metrics["grpo/advantage_abs_mean"] = jnp.abs(batch["advantages"]).mean()
-    return state.apply_gradients(grads=grads), metrics
+    return grpo_update(state, ref_params, batch, config=config)
 
   return jax.jit(update, donate_argnums=(0,))
 

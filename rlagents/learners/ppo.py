@@ -28,9 +28,12 @@ same update for one of `n` devices, each stepping `num_envs / n` environments, w
 metrics averaged over the named axis (`lax.pmean`), so parameters stay identical on every device;
 `make_data_parallel_train(config, num_devices=n)` wraps it with `jax.pmap` (one seed, its batch
 split across devices). Independent seeds per device are `jax.pmap(make_train(config))`.
+The single-minibatch step is `make_minibatch_update(learner)` (with an `axis_name`), which
+`rlagents.parallel` wraps with shard_map over a mesh or `jax.pmap`.
 """
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -354,9 +357,6 @@ def make_learner(config: PPOConfig, env: envs.Environment | None = None, *,
   def per_device(key):
     return key if axis_name is None else jax.random.fold_in(key, lax.axis_index(axis_name))
 
-  def mean_over_devices(tree):
-    return tree if axis_name is None else lax.pmean(tree, axis_name)
-
   def sum_over_devices(x):
     return x if axis_name is None else lax.psum(x, axis_name)
 
@@ -369,32 +369,9 @@ def make_learner(config: PPOConfig, env: envs.Environment | None = None, *,
     return PPOState(params=params, opt_state=optimizer.init(params), env_state=env_state,
                     obs=obs, key=key, update_step=jnp.int32(0))
 
-  def loss_fn(params, batch: Minibatch):
-    logits, values = network.apply(params, batch.obs)
-    logp = jnp.take_along_axis(jax.nn.log_softmax(logits), batch.action[:, None], axis=-1)[:, 0]
-    advantage = batch.advantage
-    if config.normalize_advantages:
-      advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-    # The losses take [B, T] sequences; a minibatch of M transitions is one row of M steps.
-    mask = jnp.ones((1, logp.shape[0]), bool)
-    pg_loss, pg_metrics = losses.policy_gradient_loss(
-        logp[None], batch.logp[None], advantage[None], mask, clip_low=config.clip_epsilon,
-        clip_high=config.clip_epsilon)
-    v_loss, v_metrics = losses.value_loss(values[None], batch.value[None], batch.target[None],
-                                          mask, clip_epsilon=config.value_clip_epsilon)
-    entropy = losses.entropy_from_logits(logits[None], mask)
-    loss = pg_loss + config.value_coef * v_loss - config.entropy_coef * entropy
-    return loss, {"loss": loss, "pg_loss": pg_loss, "value_loss": v_loss, "entropy": entropy,
-                  "approx_kl": pg_metrics["approx_kl"],
-                  "clip_fraction": pg_metrics["clip_fraction"],
-                  "explained_variance": v_metrics["explained_variance"]}
-
   def minibatch_step(carry, batch: Minibatch):
-    params, opt_state = carry
-    grads, metrics = mean_over_devices(jax.grad(loss_fn, has_aux=True)(params, batch))
-    metrics["grad_norm"] = optax.global_norm(grads)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    return (optax.apply_updates(params, updates), opt_state), metrics
+    return ppo_minibatch_update(carry, batch, config=config, network=network,
+                                optimizer=optimizer, axis_name=axis_name)
 
   def update(state: PPOState) -> tuple[PPOState, Metrics]:
     key, action_key, env_key, epochs_key = jax.random.split(state.key, 4)
@@ -478,6 +455,60 @@ def make_learner(config: PPOConfig, env: envs.Environment | None = None, *,
 
   return PPOLearner(config=config, env=batched_env, network=network, optimizer=optimizer,
                     init=init, update=update)
+
+
+def _ppo_loss(params, batch: Minibatch, *, config: PPOConfig, network: mlp.ActorCritic,
+              axis_name=None):
+  logits, values = network.apply(params, batch.obs)
+  logp = jnp.take_along_axis(jax.nn.log_softmax(logits), batch.action[:, None], axis=-1)[:, 0]
+  advantage = batch.advantage
+  if config.normalize_advantages:
+    # Over the whole minibatch: under a device map its shards' statistics are combined.
+    mean = advantage.mean() if axis_name is None else lax.pmean(advantage.mean(), axis_name)
+    variance = jnp.square(advantage - mean).mean()
+    if axis_name is not None:
+      variance = lax.pmean(variance, axis_name)
+    advantage = (advantage - mean) / (jnp.sqrt(variance) + 1e-8)
+  # The losses take [B, T] sequences; a minibatch of M transitions is one row of M steps.
+  mask = jnp.ones((1, logp.shape[0]), bool)
+  pg_loss, pg_metrics = losses.policy_gradient_loss(
+      logp[None], batch.logp[None], advantage[None], mask, clip_low=config.clip_epsilon,
+      clip_high=config.clip_epsilon)
+  v_loss, v_metrics = losses.value_loss(values[None], batch.value[None], batch.target[None],
+                                        mask, clip_epsilon=config.value_clip_epsilon)
+  entropy = losses.entropy_from_logits(logits[None], mask)
+  loss = pg_loss + config.value_coef * v_loss - config.entropy_coef * entropy
+  return loss, {"loss": loss, "pg_loss": pg_loss, "value_loss": v_loss, "entropy": entropy,
+                "approx_kl": pg_metrics["approx_kl"],
+                "clip_fraction": pg_metrics["clip_fraction"],
+                "explained_variance": v_metrics["explained_variance"]}
+
+
+def ppo_minibatch_update(train, batch: Minibatch, *, config: PPOConfig,
+                         network: mlp.ActorCritic, optimizer: optax.GradientTransformation,
+                         axis_name=None):
+  """One PPO optimizer step on one minibatch, pure: `((params, opt_state), batch) -> (..., metrics)`.
+
+  Under a device map (`rlagents.parallel`) `batch` is this device's equal shard of the minibatch
+  and `axis_name` the mapped axis (or axes): advantages are normalised with the whole
+  minibatch's statistics and gradients and metrics are averaged (`lax.pmean`), so the step
+  equals the single-device one (metrics such as 'explained_variance' become shard means).
+  """
+  params, opt_state = train
+  grads, metrics = jax.grad(_ppo_loss, has_aux=True)(params, batch, config=config,
+                                                     network=network, axis_name=axis_name)
+  if axis_name is not None:
+    grads, metrics = lax.pmean((grads, metrics), axis_name)
+  metrics["grad_norm"] = optax.global_norm(grads)
+  updates, opt_state = optimizer.update(grads, opt_state, params)
+  return (optax.apply_updates(params, updates), opt_state), metrics
+
+
+def make_minibatch_update(learner: PPOLearner):
+  """`learner`'s single-minibatch step `(train, batch, *, axis_name=None) -> (train, metrics)`,
+  with `train = (params, opt_state)`; the function `rlagents.parallel` wraps for devices."""
+  return functools.partial(ppo_minibatch_update, config=learner.config, network=learner.network,
+                           optimizer=learner.optimizer)
 
 
 def make_train(config: PPOConfig,

@@ -1,7 +1,6 @@
 """Supervised fine-tuning on demonstrations: masked next-token cross-entropy."""
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -49,17 +48,26 @@ def sft_loss(params, apply_fn, tokens: jax.Array, loss_mask: jax.Array):
   return nll, {"sft/nll": nll, "sft/tokens": loss_mask.sum()}
 
 
-def sft_update(state, batch, key=None):
+def sft_update(state, batch, key=None, *, axis_name=None):
   """One optimizer step; pure `(state, batch, key) -> (state, metrics)`.
+
+  Under a device map (`rlagents.parallel`) `batch` is this device's shard and `axis_name` the
+  mapped axis: gradients and metrics are averaged weighted by token counts, so the update equals
+  the one on the whole batch.
 
   Args:
     state: the `TrainState`.
     batch: `tokens` [B, T] int32 and `loss_mask` [B, T] float32.
     key: unused (the step is deterministic); kept for the common update signature.
+    axis_name: the mapped device axis, or None on one device.
   """
   del key  # deterministic
   grad_fn = jax.value_and_grad(sft_loss, has_aux=True)
   (_, metrics), grads = grad_fn(state.params, state.apply_fn, batch["tokens"], batch["loss_mask"])
+  tokens = batch["loss_mask"].sum()
+  grads, metrics = _state.reduce_across((grads, metrics), tokens, axis_name)
+  if axis_name is not None:
+    metrics["sft/tokens"] = jax.lax.psum(tokens, axis_name)
   metrics["sft/grad_norm"] = global_norm(grads)
   return state.apply_gradients(grads=grads), metrics
 
