@@ -10,6 +10,7 @@ from rlagents.pipeline._config import LoraSettings
 from rlagents.pipeline._agent_job import JobError
 from rlagents.pipeline._agent_job import train_and_evaluate
 from rlagents.pipeline._agent_job import train_sft_only
+from rlagents.pipeline._replay import replay_workdir
 
 __all__ = [
     "AgentJobConfig",
@@ -21,5 +22,6 @@ __all__ = [
     "config_from_dict",
     "config_to_dict",
     "train_and_evaluate",
+    "replay_workdir",
     "train_sft_only",
 ]

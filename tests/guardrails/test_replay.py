@@ -6,7 +6,6 @@ import os
 import numpy as np
 import pytest
 
-from experiments import replay
 from rlagents import guardrails
 from rlagents import pipeline
 from rlagents import rewards
@@ -46,7 +45,7 @@ def calculator_workdir(tmp_path_factory):
 
 
 def test_replay_reproduces_calculator_episodes(calculator_workdir):
-  count, problems = replay.replay_workdir(calculator_workdir)
+  count, problems = pipeline.replay_workdir(calculator_workdir)
   assert count == 40 and not problems
 
 
@@ -56,7 +55,7 @@ def test_replay_reproduces_job_episodes_of_the_other_suites(tmp_path, task, poli
   report = pipeline.train_and_evaluate(_scripted_config(task, policy), str(tmp_path))
   assert set(report["splits"]) == {"train", "heldout", "calibration"}
   assert "detectors" in report["splits"]["heldout"]
-  count, problems = replay.replay_workdir(str(tmp_path))
+  count, problems = pipeline.replay_workdir(str(tmp_path))
   assert count == sum(s["episodes"] for s in report["splits"].values()) >= 9
   assert not problems
 
@@ -79,7 +78,7 @@ def test_editing_a_logged_reward_is_detected_and_would_diverge(calculator_workdi
   edited.write_text("\n".join(lines[:4] + [json.dumps(record)] + lines[5:]) + "\n")
   os.symlink(os.path.join(calculator_workdir, "config.json"), tmp_path / "config.json")
   with pytest.raises(guardrails.AuditTamperError, match="line 5 was edited"):
-    replay.replay_workdir(str(tmp_path))
+    pipeline.replay_workdir(str(tmp_path))
   # Past the chain check, replay itself names what differs.
   config = pipeline.AgentJobConfig()
   report = guardrails.replay_record(record, _suites.replay_suite(config, "calculator", ""))
