@@ -338,8 +338,10 @@ def export_pretrained(params: dict, config: transformer_lib.TransformerConfig,
   """
   model_type = model_type or ("qwen2" if config.attention_bias else "llama")
   params = params.get("params", params)
+  # A PPO value head (in the config, or trained beside a policy whose config has none) is not
+  # part of a causal LM checkpoint.
+  params = {name: value for name, value in params.items() if name != "value_head"}
   if config.value_head:
-    params = {name: value for name, value in params.items() if name != "value_head"}
     config = dataclasses.replace(config, value_head=False)
   hf_config = hf_config_from(config, model_type=model_type, tokenizer=tokenizer)
   shapes = _param_shapes(config)

