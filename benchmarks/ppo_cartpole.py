@@ -56,6 +56,8 @@ _PEER_PYTHON = flags.DEFINE_string("peer_python", "/tmp/peer_venv/bin/python",
                                    "Interpreter with the peers' dependencies.")
 _SB3 = flags.DEFINE_bool("sb3", False, "Also run Stable-Baselines3 (slow: ~2 min per run).")
 _SB3_REPEATS = flags.DEFINE_integer("sb3_repeats", 1, "Stable-Baselines3 runs.")
+_PEER_TIMEOUT = flags.DEFINE_integer(
+    "peer_timeout", 1800, "Seconds a peer process may run before it is stopped and skipped.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed calls (seeds) per side and mode.")
 _NUM_SEEDS = flags.DEFINE_integer("num_seeds", 8, "Seeds in the vmapped mode (0 skips it).")
 _TOTAL_TIMESTEPS = flags.DEFINE_integer("total_timesteps", 500_000, "Env steps per seed.")
@@ -255,7 +257,12 @@ def _run_ours(total: int, num_seeds: int, repeats: int, bootstrap_truncation: bo
 
 def _run_json_driver(args: list[str], label: str) -> dict | None:
   """Runs a driver under the peer interpreter; its last stdout line is JSON. None on failure."""
-  proc = subprocess.run(args, capture_output=True, text=True, check=False)
+  try:
+    proc = subprocess.run(args, capture_output=True, text=True, check=False,
+                          timeout=_PEER_TIMEOUT.value)
+  except subprocess.TimeoutExpired:
+    print(f"[{label}] did not finish within --peer_timeout={_PEER_TIMEOUT.value} s; skipped")
+    return None
   lines = proc.stdout.strip().splitlines()
   if proc.returncode != 0 or not lines:
     tail = "\n    ".join((proc.stderr or proc.stdout).strip().splitlines()[-6:])

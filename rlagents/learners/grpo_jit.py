@@ -27,6 +27,7 @@ from rlagents import envs
 from rlagents import rewards
 from rlagents import rollout as rollout_lib
 from rlagents.learners import grpo
+from rlagents.learners import sft
 
 
 def make_jit_grpo_step(
@@ -37,7 +38,10 @@ def make_jit_grpo_step(
 
   Each prompt id (an index into `env`'s tasks) is repeated `grpo_config.group_size` times, so
   groups are contiguous as GRPO's advantages need; the batch is updated
-  `grpo_config.updates_per_batch` times. `state` is donated.
+  `grpo_config.updates_per_batch` times. `state` is donated. With `grpo_config.microbatch_size`
+  below the batch, gradients are accumulated over micro-batches of that many episodes
+  (`lax.scan`), each weighted by its share of the aggregation's denominator, so the update equals
+  the whole-batch one (as `grpo.MicrobatchedGRPOStep` on the host; here without length trimming).
 
   Metrics: GRPO's (`grpo/...`), the mean of each reward term (`reward/...`), and
   `train/success`, `train/mean_reward`, `train/mean_tool_calls`, `train/sampled_tokens`.
@@ -46,7 +50,12 @@ def make_jit_grpo_step(
     ValueError: `env` and `rollout_config` disagree on a limit.
   """
   rollout = rollout_lib.make_jit_rollout(model, env, rollout_config)
-  update = grpo.make_grpo_step(grpo_config)  # jitted; traced inline here, without donation
+  batch_size = grpo_config.prompts_per_step * grpo_config.group_size
+  micro = grpo_config.microbatch_size
+  if micro and micro < batch_size:
+    update = _microbatched_update(grpo_config, micro)
+  else:
+    update = grpo.make_grpo_step(grpo_config)  # jitted; traced inline here, without donation
 
   def step(state, ref_params, prompt_ids: jax.Array, key: jax.Array):
     task_ids = jnp.repeat(jnp.asarray(prompt_ids, jnp.int32), grpo_config.group_size)
@@ -67,3 +76,48 @@ def make_jit_grpo_step(
     return state, metrics, episodes
 
   return jax.jit(step, donate_argnums=(0,))
+
+
+def _microbatched_update(config: grpo.GRPOConfig, microbatch_size: int):
+  """GRPO's update with gradients summed over `lax.scan`ned micro-batches (pure, jittable).
+
+  On CPU a whole `[N, L]` batch at once runs several times slower than the same rows in
+  micro-batches of 16 (measured: 64 x 128 tokens, 3.5 s against 4 x 0.6 s).
+  """
+
+  def update(state, ref_params, batch):
+    batch = grpo._with_advantages(batch, config)  # pylint: disable=protected-access
+    rows, length = batch["tokens"].shape
+    mask = batch["loss_mask"]
+    if config.aggregation == "token_mean":
+      per_row = mask.sum(axis=1)
+    elif config.aggregation == "seq_mean_token_mean":
+      per_row = (mask.sum(axis=1) > 0).astype(jnp.float32)
+    else:  # seq_sum_max_len: a mean over rows of a constant-normalised sum.
+      per_row = jnp.ones(rows, jnp.float32)
+    chunks = jax.tree.map(lambda x: x.reshape(rows // microbatch_size, microbatch_size,
+                                              *x.shape[1:]), batch)
+    weights = (per_row.reshape(-1, microbatch_size).sum(axis=1)
+               / jnp.maximum(per_row.sum(), 1e-9))
+
+    def accumulate(total, chunk_and_weight):
+      chunk, weight = chunk_and_weight
+      grad_fn = jax.value_and_grad(grpo.grpo_loss, has_aux=True)
+      (_, metrics), grads = grad_fn(state.params, state.apply_fn, ref_params, chunk,
+                                    config=config, max_len=length)
+      scaled = jax.tree.map(lambda x: x * weight, (grads, metrics))
+      return jax.tree.map(jnp.add, total, scaled), None
+
+    zero_metrics = jax.eval_shape(
+        lambda: grpo.grpo_loss(state.params, state.apply_fn, ref_params,
+                               jax.tree.map(lambda x: x[0], chunks), config=config,
+                               max_len=length)[1])
+    zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype),
+                         (state.params, zero_metrics))
+    (grads, metrics), _ = jax.lax.scan(accumulate, zeros, (chunks, weights))
+    metrics = dict(metrics)
+    metrics["grpo/grad_norm"] = sft.global_norm(grads)
+    metrics["grpo/advantage_abs_mean"] = jnp.abs(batch["advantages"]).mean()
+    return state.apply_gradients(grads=grads), metrics
+
+  return update
