@@ -25,7 +25,14 @@ _INTERNAL = {
         "check_group_size", "check_number", "where_masked", "safe_denominator",
         # building blocks of the exported estimators and aggregations
         "grouped_rewards", "masked_token_mean"},
-    "rlagents.learners": {"forward_logprobs"},  # the learners' shared forward pass
+    "rlagents.learners": {
+        "forward_logprobs",  # the learners' shared forward pass
+        # the data-parallel mean the SFT and GRPO updates apply to gradients and metrics
+        "reduce_across",
+        # preference-file writing and batching shared with the RLHF pipeline and the
+        # DPO/KTO/reward-model trainers
+        "write_jsonl", "completion_text", "pair_records", "feedback_records", "encode",
+        "trim_batch"},
 }
 
 

@@ -34,6 +34,13 @@ class PreferenceDataError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class PreferencePair:
+  """One preference: two completions of a prompt, the first preferred.
+
+  Attributes:
+    prompt: the task's prompt text.
+    chosen: the preferred completion (actions and the observations that followed them).
+    rejected: the dispreferred completion.
+  """
   prompt: str
   chosen: str
   rejected: str
@@ -41,6 +48,13 @@ class PreferencePair:
 
 @dataclasses.dataclass(frozen=True)
 class Feedback:
+  """One binary judgement of a completion (KTO's data).
+
+  Attributes:
+    prompt: the task's prompt text.
+    completion: the completion judged.
+    desirable: True when the completion is good (e.g. its answer verifies).
+  """
   prompt: str
   completion: str
   desirable: bool
@@ -74,7 +88,20 @@ def _text(record: dict, field: str, where: str, *, allow_empty: bool = False) ->
 
 
 def load_preferences(path: str) -> list[PreferencePair]:
-  """Reads pairs (`chosen`/`rejected`) and ranked lists (`ranked`, best first) from JSONL."""
+  """Reads pairs (`chosen`/`rejected`) and ranked lists (`ranked`, best first) from JSONL.
+
+  A ranked list of k completions gives every (better, worse) pair, k * (k - 1) / 2 of them.
+
+  Args:
+    path: the JSONL file, one object per line (blank lines are skipped).
+
+  Returns:
+    The pairs, in file order.
+
+  Raises:
+    PreferenceDataError: invalid JSON, a missing or empty field, a ranked list of fewer than
+      two, or a file with no pairs; the message names the file and line.
+  """
   pairs = []
   for number, record in _records(path):
     where = f"{path}:{number}"
@@ -97,7 +124,18 @@ def load_preferences(path: str) -> list[PreferencePair]:
 
 
 def load_feedback(path: str) -> list[Feedback]:
-  """Reads binary feedback (`prompt`, `completion`, `desirable`) from JSONL."""
+  """Reads binary feedback (`prompt`, `completion`, `desirable`) from JSONL.
+
+  Args:
+    path: the JSONL file, one object per line (blank lines are skipped).
+
+  Returns:
+    The feedback items, in file order.
+
+  Raises:
+    PreferenceDataError: invalid JSON, a missing or empty field, a `desirable` that is not a
+      boolean, or a file with no records; the message names the file and line.
+  """
   items = []
   for number, record in _records(path):
     where = f"{path}:{number}"
@@ -137,6 +175,13 @@ def verified_preferences(episodes: Sequence[_episode.Episode], *,
 
   `episodes` are scored (`reward_terms['correct_answer']` set) and may hold several episodes per
   task; each task with both outcomes gives min(#correct, #incorrect) pairs, each episode used once.
+
+  Args:
+    episodes: scored episodes, grouped into tasks by `task.task_id`.
+    rng: shuffles each task's correct and incorrect episodes before they are paired.
+
+  Returns:
+    The pairs, `chosen` the correct episode's completion and `rejected` the incorrect one's.
   """
   by_task: dict[str, tuple[list, list]] = {}
   for e in episodes:
@@ -152,7 +197,14 @@ def verified_preferences(episodes: Sequence[_episode.Episode], *,
 
 
 def verified_feedback(episodes: Sequence[_episode.Episode]) -> list[Feedback]:
-  """Each scored episode labelled desirable when its answer verifies."""
+  """Each scored episode labelled desirable when its answer verifies.
+
+  Args:
+    episodes: scored episodes (`reward_terms['correct_answer']` set).
+
+  Returns:
+    One `Feedback` per episode, in order.
+  """
   return [Feedback(e.task.prompt, completion_text(e), bool(e.reward_terms["correct_answer"]))
           for e in episodes]
 
@@ -206,7 +258,17 @@ class _PromptOnly:
 
 def encode_pairs(pairs: Sequence[PreferencePair], tokenizer,
                  max_length: int) -> dict[str, np.ndarray]:
-  """`chosen_tokens`, `chosen_mask`, `rejected_tokens`, `rejected_mask`, each `[N, max_length]`."""
+  """`chosen_tokens`, `chosen_mask`, `rejected_tokens`, `rejected_mask`, each `[N, max_length]`.
+
+  Tokens are int32 (`<bos>` + prompt + completion, padded with 0); masks are float32, 1 on the
+  completion's policy tokens (not the prompt, `<obs>` text or padding).
+
+  Args:
+    pairs: the N preference pairs.
+    tokenizer: the policy's tokenizer (its `encode(text, add_special_tokens=False)` is used).
+    max_length: the padded length T; a longer prompt + completion raises
+      `PreferenceDataError`.
+  """
   chosen = [encode(p.prompt, p.chosen, tokenizer, max_length) for p in pairs]
   rejected = [encode(p.prompt, p.rejected, tokenizer, max_length) for p in pairs]
   return {
@@ -222,7 +284,13 @@ def encode_feedback(items: Sequence[Feedback], tokenizer,
   """`tokens`, `mask`, `kl_tokens`, `kl_mask` `[N, max_length]` and `desirable` `[N]` float32.
 
   `kl_*` pair prompt i with the completion of item i + 1 (mod N): the mismatched completions
-  from which KTO estimates its reference point.
+  from which KTO estimates its reference point. Tokens are int32 padded with 0; masks are float32,
+  1 on the completion's policy tokens; `desirable` is 1.0 or 0.0.
+
+  Args:
+    items: the N feedback items.
+    tokenizer: the policy's tokenizer (its `encode(text, add_special_tokens=False)` is used).
+    max_length: the padded length; a longer prompt + completion raises `PreferenceDataError`.
   """
   rows = [encode(f.prompt, f.completion, tokenizer, max_length) for f in items]
   mismatched = [encode(f.prompt, items[(i + 1) % len(items)].completion, tokenizer, max_length)

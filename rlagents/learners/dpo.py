@@ -66,12 +66,28 @@ class DPOConfig:
 
 
 def sequence_logprobs(apply_fn, params, tokens: jax.Array, mask: jax.Array) -> jax.Array:
-  """`[B]` log-probability of each row's masked tokens (the completion's policy tokens)."""
+  """`[B]` log-probability of each row's masked tokens (the completion's policy tokens).
+
+  Args:
+    apply_fn: the model's apply function.
+    params: the model's parameters.
+    tokens: `[B, T]` int32 sequences.
+    mask: `[B, T]` float32, 1 on the tokens whose log-probabilities are summed.
+  """
   return (_state.forward_logprobs(apply_fn, params, tokens) * mask).sum(axis=1)
 
 
 def dpo_objective(params, apply_fn, ref_params, batch, *, config: DPOConfig):
-  """`(loss, metrics)` of a batch from `encode_pairs`."""
+  """`(loss, metrics)` of a batch from `encode_pairs`; metrics are prefixed `dpo/`.
+
+  Args:
+    params: the policy's parameters (differentiated).
+    apply_fn: the model's apply function.
+    ref_params: the frozen reference policy's parameters.
+    batch: `chosen_tokens`, `rejected_tokens` `[B, T]` int32 and `chosen_mask`,
+      `rejected_mask` `[B, T]` float32.
+    config: the DPO settings (`beta`, `label_smoothing`, `dpo_variant`).
+  """
   n = len(batch["chosen_tokens"])
   tokens = jnp.concatenate([batch["chosen_tokens"], batch["rejected_tokens"]])
   mask = jnp.concatenate([batch["chosen_mask"], batch["rejected_mask"]])
@@ -84,7 +100,16 @@ def dpo_objective(params, apply_fn, ref_params, batch, *, config: DPOConfig):
 
 
 def kto_objective(params, apply_fn, ref_params, batch, *, config: DPOConfig):
-  """`(loss, metrics)` of a batch from `encode_feedback`."""
+  """`(loss, metrics)` of a batch from `encode_feedback`; metrics are prefixed `kto/`.
+
+  Args:
+    params: the policy's parameters (differentiated).
+    apply_fn: the model's apply function.
+    ref_params: the frozen reference policy's parameters.
+    batch: `tokens`, `kl_tokens` `[B, T]` int32, `mask`, `kl_mask` `[B, T]` float32 and
+      `desirable` `[B]` float32.
+    config: the KTO settings (`beta`, `desirable_weight`, `undesirable_weight`).
+  """
   n = len(batch["tokens"])
   tokens = jnp.concatenate([batch["tokens"], batch["kl_tokens"]])
   mask = jnp.concatenate([batch["mask"], batch["kl_mask"]])
@@ -108,12 +133,24 @@ def _make_step(objective, config: DPOConfig, prefix: str):
 
 
 def make_dpo_step(config: DPOConfig):
-  """Jitted `(state, ref_params, batch) -> (state, metrics)`; `batch` from `encode_pairs`."""
+  """Jitted `(state, ref_params, batch) -> (state, metrics)`; `batch` from `encode_pairs`.
+
+  The state's buffers are donated.
+
+  Args:
+    config: the DPO settings.
+  """
   return _make_step(dpo_objective, config, "dpo")
 
 
 def make_kto_step(config: DPOConfig):
-  """Jitted `(state, ref_params, batch) -> (state, metrics)`; `batch` from `encode_feedback`."""
+  """Jitted `(state, ref_params, batch) -> (state, metrics)`; `batch` from `encode_feedback`.
+
+  The state's buffers are donated.
+
+  Args:
+    config: the KTO settings.
+  """
   return _make_step(kto_objective, config, "kto")
 
 
@@ -123,6 +160,18 @@ def train_offline(step, state, ref_params, data: dict[str, np.ndarray], *, num_s
 
   `rng_for_step(step)` gives the generator that draws step `step`'s batch (so a resumed run
   draws the same batches); `on_step(done, state, metrics)` is called after each update.
+
+  Args:
+    step: the update, from `make_dpo_step` or `make_kto_step`.
+    state: the policy's `TrainState`.
+    ref_params: the frozen reference policy's parameters.
+    data: the whole data set, arrays with N rows (from `encode_pairs` or `encode_feedback`).
+    num_steps: the index after the last update.
+    batch_size: rows per update, drawn with replacement (a permutation of all N rows when N is
+      at most `batch_size`); each batch is trimmed to its longest sequence.
+    rng_for_step: `step index -> np.random.Generator`.
+    start: the index of the first update (> 0 when resuming).
+    on_step: optional `(done, state, metrics)` callback, `done` the updates made so far.
   """
   n = len(next(iter(data.values())))
   for step_index in range(start, num_steps):

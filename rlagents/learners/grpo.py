@@ -123,7 +123,12 @@ def _with_advantages(batch, config: GRPOConfig):
 
 def grpo_advantages(batch, config: GRPOConfig) -> jax.Array:
   """`[N]` advantages of a whole batch (groups contiguous); computed before it is split on devices,
-  since some estimators ('reinforce_pp') normalise over the whole batch."""
+  since some estimators ('reinforce_pp') normalise over the whole batch.
+
+  Args:
+    batch: holds `rewards` [N] float32, N = prompts * group_size with each group contiguous.
+    config: the GRPO settings (`advantage_estimator`, `group_size`, `advantage_epsilon`).
+  """
   return _with_advantages(batch, config)["advantages"]
 
 
@@ -144,6 +149,13 @@ def grpo_update(state, ref_params, batch, *, config: GRPOConfig, axis_name=None)
   `batch` is this device's shard and `axis_name` the mapped axis (or axes): gradients and metrics
   are averaged weighted by each shard's part of the aggregation's denominator, so the step equals
   the single-device step on the whole batch.
+
+  Args:
+    state: the policy's `TrainState`.
+    ref_params: the KL reference's parameters (unused when `config.kl_beta` is 0).
+    batch: as above.
+    config: the GRPO settings.
+    axis_name: the mapped device axis (or tuple of axes), or None on one device.
   """
   grad_fn = jax.value_and_grad(grpo_loss, has_aux=True)
   (_, metrics), grads = grad_fn(state.params, state.apply_fn, ref_params, batch,

@@ -46,6 +46,15 @@ def make_jit_grpo_step(
   Metrics: GRPO's (`grpo/...`), the mean of each reward term (`reward/...`), and
   `train/success`, `train/mean_reward`, `train/mean_tool_calls`, `train/sampled_tokens`.
 
+  Args:
+    model: the policy, a Flax `Transformer` (its `apply` samples the episodes; `state.apply_fn`
+      must be the same module's).
+    env: the JAX-native text environment whose tasks `prompt_ids` index and whose reward terms
+      score the episodes.
+    rollout_config: the sampling settings (episode length, tool calls, sampling temperature).
+    grpo_config: the GRPO settings; `prompts_per_step` is P and `group_size` is G.
+    reward_config: the weights of the reward terms, as `rewards.compose_reward` takes them.
+
   Raises:
     ValueError: `env` and `rollout_config` disagree on a limit.
   """

@@ -493,6 +493,17 @@ def ppo_minibatch_update(train, batch: Minibatch, *, config: PPOConfig,
   and `axis_name` the mapped axis (or axes): advantages are normalised with the whole
   minibatch's statistics and gradients and metrics are averaged (`lax.pmean`), so the step
   equals the single-device one (metrics such as 'explained_variance' become shard means).
+
+  Args:
+    train: `(params, opt_state)`, the network's parameters and the optimizer's state.
+    batch: the minibatch, each field `[minibatch_size]` or `[minibatch_size, D]`.
+    config: the PPO settings (clipping, loss coefficients, advantage normalisation).
+    network: the `ActorCritic` module whose `apply` gives logits and values.
+    optimizer: the gradient transformation `opt_state` belongs to.
+    axis_name: the mapped device axis (or tuple of axes), or None on one device.
+
+  Returns:
+    `((params, opt_state), metrics)`, metrics the scalar losses and diagnostics of the step.
   """
   params, opt_state = train
   grads, metrics = jax.grad(_ppo_loss, has_aux=True)(params, batch, config=config,
@@ -506,7 +517,12 @@ def ppo_minibatch_update(train, batch: Minibatch, *, config: PPOConfig,
 
 def make_minibatch_update(learner: PPOLearner):
   """`learner`'s single-minibatch step `(train, batch, *, axis_name=None) -> (train, metrics)`,
-  with `train = (params, opt_state)`; the function `rlagents.parallel` wraps for devices."""
+  with `train = (params, opt_state)`; the function `rlagents.parallel` wraps for devices.
+
+  Args:
+    learner: from `make_learner`; its config, network and optimizer are bound into
+      `ppo_minibatch_update`.
+  """
   return functools.partial(ppo_minibatch_update, config=learner.config, network=learner.network,
                            optimizer=learner.optimizer)
 
@@ -545,6 +561,13 @@ def make_data_parallel_train(
   Raises:
     ValueError: `num_envs` (or the batch per device) does not split evenly across
       `num_devices`, or fewer devices are present.
+
+  Args:
+    config: the PPO settings (for the whole run; each device gets `num_envs / num_devices`
+      environments).
+    env: as in `make_learner`.
+    num_devices: local devices to map over (the first `num_devices` of `jax.local_devices()`).
+    axis_name: the `pmap` axis name that gradients and metrics are averaged over.
   """
   _local_num_envs(config, num_devices)
   available = jax.local_device_count()

@@ -147,14 +147,23 @@ def policy_token_gae(rewards: jax.Array, values: jax.Array, loss_mask: jax.Array
 
 
 def terminal_token_rewards(outcome: jax.Array, loss_mask: jax.Array) -> jax.Array:
-  """`[B, T]` rewards: `outcome [B]` on each row's last policy token, 0 elsewhere."""
+  """`[B, T]` rewards: `outcome [B]` on each row's last policy token, 0 elsewhere.
+
+  Args:
+    outcome: `[B]` float32 episode rewards.
+    loss_mask: `[B, T]`, 1 on policy tokens (a row with none gets no reward).
+  """
   positions = jnp.arange(loss_mask.shape[1])
   last = jnp.max(jnp.where(loss_mask > 0, positions, -1), axis=1)
   return jnp.where(positions[None, :] == last[:, None], outcome[:, None], 0.0)
 
 
 def shift_values(values: jax.Array) -> jax.Array:
-  """`[B, T]` V_t = the head's output after token t - 1 (0 at t = 0, never a policy token)."""
+  """`[B, T]` V_t = the head's output after token t - 1 (0 at t = 0, never a policy token).
+
+  Args:
+    values: `[B, T]` float32, the value head's output at each position.
+  """
   return jnp.pad(values[:, :-1], ((0, 0), (1, 0)))
 
 
@@ -163,6 +172,11 @@ def init_params(policy_params, model_config: networks.TransformerConfig, *, crit
 
   'shared': `{'policy': policy + zero value head}`; 'separate': `{'policy': policy, 'critic':
   a copy of the policy's trunk with a zero scalar head}`.
+
+  Args:
+    policy_params: the SFT policy's parameters (not modified; 'separate' copies them).
+    model_config: the policy's `TransformerConfig`, for adding the value head.
+    critic: 'shared' or 'separate' (see `PPOAgentConfig.critic`).
   """
   if critic == "shared":
     return {"policy": networks.reward_model_params(policy_params, model_config)}
@@ -171,7 +185,17 @@ def init_params(policy_params, model_config: networks.TransformerConfig, *, crit
 
 
 def logprobs_and_values(apply_fn, params, tokens: jax.Array, *, critic: str):
-  """`(logp [B, T], V [B, T])` of the policy and its critic; `apply_fn` has a value head."""
+  """`(logp [B, T], V [B, T])` of the policy and its critic; `apply_fn` has a value head.
+
+  `logp` is each token's log-probability given those before it; `V` is shifted by
+  `shift_values`, so V_t is the value of the state before token t.
+
+  Args:
+    apply_fn: the `apply` of a `Transformer` with a value head.
+    params: from `init_params`: `{'policy': ...}` or `{'policy': ..., 'critic': ...}`.
+    tokens: `[B, T]` int32 episodes.
+    critic: 'shared' or 'separate', as `params` were built.
+  """
   if critic == "shared":
     positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
     logits, values = apply_fn(params["policy"], tokens, positions,
@@ -188,6 +212,17 @@ def prepare_batch(params, apply_fn, ref_params, batch, *, config: PPOAgentConfig
 
   `batch`: `tokens` [N, T] int32, `loss_mask` [N, T], `old_logprobs` [N, T] (the sampler's),
   `rewards` [N] (outcome per episode).
+
+  Args:
+    params: the policy's and critic's parameters (from `init_params`); not differentiated.
+    apply_fn: the `apply` of a `Transformer` with a value head.
+    ref_params: the frozen reference policy's parameters (unused when `config.kl_beta` is 0).
+    batch: as above.
+    config: the PPO settings (critic, KL penalty, discount, lambda, whitening).
+
+  Returns:
+    `(prepared batch, metrics)`: the batch with the three arrays added, and
+    `ppo/return_mean` (plus `ppo/kl_reward_penalty` with a KL penalty).
   """
   tokens, mask = batch["tokens"], batch["loss_mask"]
   _, old_values = logprobs_and_values(apply_fn, params, tokens, critic=config.critic)
@@ -214,7 +249,16 @@ def prepare_batch(params, apply_fn, ref_params, batch, *, config: PPOAgentConfig
 
 
 def ppo_agent_loss(params, apply_fn, batch, *, config: PPOAgentConfig, max_len: int):
-  """The PPO objective on a prepared (mini)batch; returns `(loss, metrics)`."""
+  """The PPO objective on a prepared (mini)batch; returns `(loss, metrics)`.
+
+  Args:
+    params: the policy's and critic's parameters (differentiated).
+    apply_fn: the `apply` of a `Transformer` with a value head.
+    batch: from `prepare_batch` (or rows of it): `tokens` [N, T] int32, `loss_mask`,
+      `old_logprobs`, `old_values`, `advantages`, `returns` [N, T].
+    config: the PPO settings (clip, value clip and coefficient, critic, aggregation).
+    max_len: the constant of the 'seq_sum_max_len' aggregation.
+  """
   tokens, mask = batch["tokens"], batch["loss_mask"]
   logp, values = logprobs_and_values(apply_fn, params, tokens, critic=config.critic)
   pg_loss, pg_metrics = losses.policy_gradient_loss(
@@ -235,7 +279,11 @@ class PPOAgentStep:
 
   Host code around two jitted pieces. `__call__(state, ref_params, batch, rng) -> (state,
   metrics)`; `state.params` is from `init_params`, `state.apply_fn` is the `apply` of a
-  `Transformer` with a value head, `ref_params` the frozen reference policy's.
+  `Transformer` with a value head, `ref_params` the frozen reference policy's. `batch` is as for
+  `prepare_batch`, `rng` shuffles the minibatches, and the state's buffers are donated.
+
+  Args:
+    config: the PPO settings.
   """
 
   def __init__(self, config: PPOAgentConfig):

@@ -50,7 +50,14 @@ class RewardModelConfig:
 
 
 def pair_scores(params, apply_fn, batch):
-  """`(chosen [B], rejected [B])` scores, in one forward pass over the stacked pairs."""
+  """`(chosen [B], rejected [B])` scores, in one forward pass over the stacked pairs.
+
+  Args:
+    params: the reward model's parameters.
+    apply_fn: the `apply` of a `Transformer` with a value head.
+    batch: `chosen_tokens` `[B, T1]` and `rejected_tokens` `[B, T2]` int32 (zero-padded to a
+      common length here).
+  """
   chosen, rejected = batch["chosen_tokens"], batch["rejected_tokens"]
   length = max(chosen.shape[1], rejected.shape[1])
   pad = lambda x: jnp.pad(x, ((0, 0), (0, length - x.shape[1])))
@@ -60,14 +67,26 @@ def pair_scores(params, apply_fn, batch):
 
 
 def reward_model_loss(params, apply_fn, batch):
-  """The Bradley-Terry loss of a batch of encoded pairs; returns `(loss, metrics)`."""
+  """The Bradley-Terry loss of a batch of encoded pairs; returns `(loss, metrics)`.
+
+  Args:
+    params: the reward model's parameters (differentiated).
+    apply_fn: the `apply` of a `Transformer` with a value head.
+    batch: `chosen_tokens` and `rejected_tokens` `[B, T]` int32, from `encode_pairs`.
+  """
   chosen, rejected = pair_scores(params, apply_fn, batch)
   loss, metrics = losses.bradley_terry_loss(chosen, rejected)
   return loss, {f"reward_model/{k}": v for k, v in metrics.items()}
 
 
 def reward_model_update(state, batch, key=None):
-  """One optimizer step; pure `(state, batch, key) -> (state, metrics)`."""
+  """One optimizer step; pure `(state, batch, key) -> (state, metrics)`.
+
+  Args:
+    state: the reward model's `TrainState`.
+    batch: encoded pairs, as for `reward_model_loss`.
+    key: unused (the step is deterministic); kept for the common update signature.
+  """
   del key  # deterministic
   grad_fn = jax.value_and_grad(reward_model_loss, has_aux=True)
   (_, metrics), grads = grad_fn(state.params, state.apply_fn, batch)
@@ -81,7 +100,13 @@ def make_reward_model_step():
 
 
 def split_pairs(pairs, heldout_fraction: float, rng: np.random.Generator):
-  """(train, heldout) lists; pairs of one prompt stay on one side."""
+  """(train, heldout) lists; pairs of one prompt stay on one side.
+
+  Args:
+    pairs: the `PreferencePair`s to split.
+    heldout_fraction: fraction of the distinct prompts held out (at least one).
+    rng: picks the held-out prompts.
+  """
   prompts = sorted({p.prompt for p in pairs})
   order = rng.permutation(len(prompts))
   heldout_prompts = {prompts[i] for i in order[:max(1, int(len(prompts) * heldout_fraction))]}
@@ -92,7 +117,17 @@ def split_pairs(pairs, heldout_fraction: float, rng: np.random.Generator):
 
 def pairwise_accuracy(apply_fn, params, data: dict[str, np.ndarray], *,
                       batch_size: int = 64) -> float:
-  """Fraction of encoded pairs whose chosen completion scores higher (host loop)."""
+  """Fraction of encoded pairs whose chosen completion scores higher (host loop).
+
+  Args:
+    apply_fn: the reward model's `apply`.
+    params: its parameters.
+    data: encoded pairs from `encode_pairs`, `[N, T]` arrays.
+    batch_size: pairs scored per forward pass.
+
+  Returns:
+    The accuracy in [0, 1] (0 for no pairs); ties count as wrong.
+  """
   score = jax.jit(lambda p, b: pair_scores(p, apply_fn, b))
   wins = 0
   n = len(data["chosen_tokens"])
