@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import transformers
 
-import _machine  # sibling module: benchmarks/_machine.py
+from rlagents.metrics import cpu_model
 from rlagents import hf
 from rlagents import networks
 from rlagents import sampling
@@ -135,7 +135,7 @@ def main(argv):
   report = {
       "benchmark": "generation", "shape": _SHAPE.value, "parameters": n_params,
       "prompt_len": PROMPT_LEN, "new_tokens": NEW_TOKENS, "repeats": _REPEATS.value,
-      "torch_threads": _THREADS.value, "cpu": _machine.cpu_model(),
+      "torch_threads": _THREADS.value, "cpu": cpu_model(),
       "versions": {"jax": jax.__version__, "torch": torch.__version__,
                    "transformers": transformers.__version__},
       "jax_devices": [str(d) for d in jax.devices()], "results": results,

@@ -24,8 +24,7 @@ import time
 from absl import app
 from absl import flags
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _machine  # pylint: disable=g-import-not-at-top
+from rlagents.metrics import cpu_model
 
 _DEVICES = flags.DEFINE_list("devices", ["1", "2", "8"], "Forced CPU device counts.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed steps per device count.")
@@ -99,7 +98,7 @@ def main(argv):
                          text=True, check=True)
     line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")][-1]
     results.append(json.loads(line[len("RESULT "):]))
-  print(f"CPU: {_machine.cpu_model()}; jax {results[0]['jax']}; python {sys.version.split()[0]}")
+  print(f"CPU: {cpu_model()}; jax {results[0]['jax']}; python {sys.version.split()[0]}")
   print(f"GRPO update step, tiny Qwen2, {PROMPTS}x{GROUP} rows, {NEW_TOKENS} completion tokens")
   print("devices  compile+first (s)  step median (s)  completion tok/s median [min, max]")
   for r in results:
@@ -108,7 +107,7 @@ def main(argv):
           f"{r['tokens_per_s_max']:.0f}]")
   if _JSON.value:
     with open(_JSON.value, "w") as f:
-      json.dump({"cpu": _machine.cpu_model(), "scaling": results}, f, indent=1)
+      json.dump({"cpu": cpu_model(), "scaling": results}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
-import _machine  # sibling module: benchmarks/_machine.py
+from rlagents.metrics import cpu_model
 
 _PROMPTS = flags.DEFINE_integer("prompts", 8, "Training tasks per GRPO step.")
 _GROUP = flags.DEFINE_integer("group", 8, "Episodes per task.")
@@ -185,7 +185,7 @@ def main(argv):
                    "sft_steps": _SFT_STEPS.value, "host_microbatch": _MICROBATCH.value,
                    "max_length": _MAX_LENGTH.value, "max_tool_calls": _MAX_TOOL_CALLS.value,
                    "seed": _SEED.value},
-      "machine": {"cpu": _machine.cpu_model(), "threads": len(os.sched_getaffinity(0)),
+      "machine": {"cpu": cpu_model(), "threads": len(os.sched_getaffinity(0)),
                   "load_average_at_start": os.getloadavg()},
       "versions": {"python": platform.python_version(), "jax": jax.__version__,
                    "flax": flax.__version__, "optax": optax.__version__},

@@ -48,7 +48,7 @@ import time
 from absl import app
 from absl import flags
 import numpy as np
-import _machine  # sibling module: benchmarks/_machine.py
+from rlagents.metrics import cpu_model
 
 _PUREJAXRL_DIR = flags.DEFINE_string("purejaxrl_dir", "/tmp/purejaxrl",
                                      "Checkout of luchris429/purejaxrl; skipped if absent.")
@@ -304,7 +304,7 @@ def main(argv):
                    "total_timesteps": total, "threshold": threshold, "window": WINDOW,
                    "repeats": _REPEATS.value, "num_seeds": _NUM_SEEDS.value,
                    "ours_bootstrap_truncation": _BOOTSTRAP_TRUNCATION.value},
-      "machine": {"cpu": _machine.cpu_model(), "threads": len(os.sched_getaffinity(0)),
+      "machine": {"cpu": cpu_model(), "threads": len(os.sched_getaffinity(0)),
                   "load_average_at_start": os.getloadavg()},
       "versions": {"ours": _versions()},
       "sides": {},

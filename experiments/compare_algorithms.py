@@ -24,7 +24,6 @@ Writes `<workdir>/comparison.md` (the table, median and min-max over seeds) and
 import json
 import multiprocessing
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -32,6 +31,8 @@ import time
 
 from absl import app
 from absl import flags
+
+from rlagents import metrics
 
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/rlagents_compare", "Where the runs live.")
 _VARIANT = flags.DEFINE_enum("variant", "default", ["default", "smoke"],
@@ -179,17 +180,6 @@ def markdown_table(runs, methods) -> str:
   return "\n".join(lines)
 
 
-def _cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or "unknown"
-
-
 def main(argv):
   del argv
   workdir = _WORKDIR.value
@@ -199,7 +189,7 @@ def main(argv):
   result = run_comparison(workdir, _VARIANT.value, seeds, list(_METHODS.value))
   load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
   result.update(variant=_VARIANT.value, seeds=seeds, total_seconds=time.time() - start,
-                cpu=_cpu_model(), cpus=os.cpu_count(), uptime_at_end=load)
+                cpu=metrics.cpu_model(), cpus=os.cpu_count(), uptime_at_end=load)
   footer = (f"\n\nVariant '{_VARIANT.value}', seeds {seeds}; median (min-max) over seeds. "
             f"{result['cpus']} CPUs ({result['cpu']}); whole comparison "
             f"{result['total_seconds'] / 60:.1f} min; `uptime` at the end: {load}")

@@ -1,7 +1,4 @@
-"""What the benchmarks print about the machine they ran on (BENCH.md asks for the CPU model).
-
-Imported by the benchmark scripts as a sibling module (`python benchmarks/<name>.py`).
-"""
+"""What benchmarks and comparisons print about the machine they ran on (the CPU model)."""
 
 import platform
 
