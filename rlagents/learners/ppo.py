@@ -308,7 +308,7 @@ def make_learner(config: PPOConfig, env: envs.Environment | None = None, *,
   axis (`jax.pmap(..., axis_name=...)` or shard_map): each steps `num_envs / num_devices`
   environments; parameters are initialised alike on every device, the environments and the
   sampling noise differ; gradients and metrics are averaged over the axis (advantages are
-  normalised per device's minibatch).
+  normalised with the statistics of the whole minibatch across devices).
 
   The metrics of an update (scalars): 'env_steps' (after it), 'episodes' (that ended during its
   rollout), 'episode_return' / 'episode_length' (their means, NaN when none ended),
