@@ -33,6 +33,10 @@ PureJaxRL's `wrappers.py` imports brax and navix at the top, for environments Ca
 use; where they are not installed the driver puts empty stand-in modules in their place (listed
 as `stand_ins` in the JSON).
 
+Our side runs with `--xla_cpu_enable_concurrency_optimized_scheduler=false`, which `import
+rlagents` adds to XLA_FLAGS (jaxlib 0.10.2 deadlocks on repeated calls of the vmapped program
+without it; ~8% slower on one seed); the peers run under XLA's defaults. Both are in the JSON.
+
 Prints the figures and writes them to `--json`; it never fails on a time.
 """
 
@@ -48,6 +52,7 @@ import time
 from absl import app
 from absl import flags
 import numpy as np
+from rlagents import _xla_cpu
 from rlagents.metrics import cpu_model
 
 _PUREJAXRL_DIR = flags.DEFINE_string("purejaxrl_dir", "/tmp/purejaxrl",
@@ -255,11 +260,23 @@ def _run_ours(total: int, num_seeds: int, repeats: int, bootstrap_truncation: bo
   return out
 
 
+def _peer_env() -> dict:
+  """This process's environment without the XLA flag `import rlagents` adds for our side.
+
+  The peers run under XLA's defaults, as their users would run them (`rlagents/_xla_cpu.py` says
+  why ours turns the concurrency-optimized CPU scheduler off).
+  """
+  env = dict(os.environ)
+  flags_ = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith(_xla_cpu.FLAG)]
+  env["XLA_FLAGS"] = " ".join(flags_)
+  return env
+
+
 def _run_json_driver(args: list[str], label: str) -> dict | None:
   """Runs a driver under the peer interpreter; its last stdout line is JSON. None on failure."""
   try:
     proc = subprocess.run(args, capture_output=True, text=True, check=False,
-                          timeout=_PEER_TIMEOUT.value)
+                          timeout=_PEER_TIMEOUT.value, env=_peer_env())
   except subprocess.TimeoutExpired:
     print(f"[{label}] did not finish within --peer_timeout={_PEER_TIMEOUT.value} s; skipped")
     return None
@@ -304,6 +321,8 @@ def main(argv):
                    "total_timesteps": total, "threshold": threshold, "window": WINDOW,
                    "repeats": _REPEATS.value, "num_seeds": _NUM_SEEDS.value,
                    "ours_bootstrap_truncation": _BOOTSTRAP_TRUNCATION.value},
+      "xla_flags": {"ours": os.environ.get("XLA_FLAGS", ""),
+                    "peers": _peer_env()["XLA_FLAGS"]},
       "machine": {"cpu": cpu_model(), "threads": len(os.sched_getaffinity(0)),
                   "load_average_at_start": os.getloadavg()},
       "versions": {"ours": _versions()},
