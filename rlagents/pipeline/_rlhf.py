@@ -193,10 +193,26 @@ def _sample_offline_data(job, sft_params, out, kind: str, path: str) -> None:
         learners.verified_preferences(episodes, rng=rng))
   else:
     records = _preference_data.feedback_records(learners.verified_feedback(episodes))
-  _preference_data.write_jsonl(path + ".tmp", records)
+  # An episode that ran into the end of the rollout buffer can re-encode a few tokens longer
+  # than `rollout.max_length` (the tool output cut at the buffer's end is whole in its text):
+  # such records are left out and counted, where a user's file would be an error.
+  completions = ("chosen", "rejected") if kind == "dpo" else ("completion",)
+  kept = [r for r in records
+          if all(_fits(r["prompt"], r[c], job.tokenizer, config.rollout.max_length)
+                 for c in completions)]
+  _preference_data.write_jsonl(path + ".tmp", kept)
   os.replace(path + ".tmp", path)
   with open(path + ".stats.json", "w") as f:
-    json.dump({"sampled_tokens": sampled, "episodes": len(episodes), "records": len(records)}, f)
+    json.dump({"sampled_tokens": sampled, "episodes": len(episodes), "records": len(kept),
+               "records_too_long": len(records) - len(kept)}, f)
+
+
+def _fits(prompt: str, completion: str, tokenizer, max_length: int) -> bool:
+  try:
+    _preference_data.encode(prompt, completion, tokenizer, max_length)
+  except learners.PreferenceDataError:
+    return False
+  return True
 
 
 def run_offline(job, sft_params, start, checkpointer, out) -> Any:
