@@ -3,7 +3,10 @@ r"""Trains a tool-using agent: SFT on a noisy expert, then GRPO, then evaluation
     python -m experiments.train_agent --workdir=/tmp/rlagents_calc
     python -m experiments.train_agent --workdir=/tmp/smoke \
         --config=experiments/configs/calculator.py:smoke --config.seed=1
-    python -m experiments.train_agent --workdir=/tmp/retrieval --config.task=retrieval
+    python -m experiments.train_agent --workdir=/tmp/retrieval_agent \
+        --config=experiments/configs/retrieval.py      # SFT + GRPO on retrieval QA
+    python -m experiments.train_agent --workdir=/tmp/retrieval --config.task=retrieval \
+        --config.scripted_policy=pad      # a scripted hacking policy; the report counts it
     python -m experiments.train_agent --workdir=/tmp/codefix --config.task=codefix \
         --config.scripted_policy=edit_test      # the report counts the tampering
 """
@@ -54,7 +57,7 @@ def main(argv):
     report = pipeline.train_and_evaluate(config, _WORKDIR.value)
   except (pipeline.ConfigError, pipeline.JobError, checkpoint.CheckpointError) as e:
     sys.exit(f"error: {e}")
-  if config.task != "calculator":
+  if config.task == "codefix" or config.scripted_policy:
     for split, summary in report["splits"].items():
       print(f"{split}: success {summary['success']:.3f}  mean reward "
             f"{summary['mean_reward']:.3f}  detectors {summary['detectors']}")

@@ -57,8 +57,12 @@ from rlagents.pipeline import _policy_init
 from rlagents.pipeline import _rlhf
 from rlagents.pipeline import _suites
 from rlagents.tasks import calculator_expert
+from rlagents.tasks import retrieval_expert
+from rlagents.tasks import suites_tfds
 
 EVAL_SPLITS = ("heldout", "heldout_ood", "calibration")
+# The retrieval suite has no out-of-distribution split.
+RETRIEVAL_EVAL_SPLITS = ("heldout", "calibration")
 
 
 class JobError(RuntimeError):
@@ -103,15 +107,29 @@ class _Job:
 
       self.apply_fn = apply_lora
     tfds.disable_progress_bar()
-    self.splits = {
-        split: tasks_lib.load_split(split, config=config.tasks,
-                                    data_dir=os.path.join(workdir, "data"))
-        for split in ("train",) + EVAL_SPLITS
-    }
-    # Allow-listed (the calculator only) with the review gate, like every suite.
-    self.toolbox = guardrails.guarded_toolbox(
-        [tools_lib.CalculatorTool(failure_rate=config.tool_failure_rate)], allow={"calc": None})
-    self.expert = calculator_expert.NoisyExpert(config.expert)
+    data_dir = os.path.join(workdir, "data")
+    if config.task == "calculator":
+      self.eval_splits = EVAL_SPLITS
+      self.splits = {split: tasks_lib.load_split(split, config=config.tasks, data_dir=data_dir)
+                     for split in ("train",) + EVAL_SPLITS}
+      # Allow-listed (the calculator only) with the review gate, like every suite.
+      self.toolbox = guardrails.guarded_toolbox(
+          [tools_lib.CalculatorTool(failure_rate=config.tool_failure_rate)],
+          allow={"calc": None})
+      self.expert = calculator_expert.NoisyExpert(config.expert)
+      self._score_episode = self._score_calculator
+    elif config.task == "retrieval":
+      self.eval_splits = RETRIEVAL_EVAL_SPLITS
+      self.splits = {split: suites_tfds.load_split("retrieval", split, suite=config.retrieval,
+                                                   data_dir=data_dir)
+                     for split in ("train",) + RETRIEVAL_EVAL_SPLITS}
+      # The search tool over the suite's corpus, allow-listed, with the review gate.
+      toolbox_for, self._score_episode, _ = _suites.retrieval_parts(config, data_dir)
+      self.toolbox = toolbox_for(None)
+      self.expert = retrieval_expert.RetrievalExpert(config.retrieval_expert)
+    else:
+      raise JobError(f"task {config.task!r} has no trained policy; it runs scripted policies "
+                     "(config.scripted_policy)")
     self.sampler = rollout_lib.make_sampler(self.model, self.tokenizer, config.rollout)
     self.sampler_greedy = rollout_lib.make_sampler(
         self.model, self.tokenizer, dataclasses.replace(config.rollout, temperature=0.0))
@@ -129,15 +147,20 @@ class _Job:
 
   # ---- shared pieces ----
 
+  def _score_calculator(self, episode) -> tuple[float, dict[str, float]]:
+    terms = rewards.reward_terms(episode, tasks_lib.is_correct)
+    return rewards.compose_reward(terms, self.config.reward), terms
+
   def score(self, episodes: Sequence[rollout_lib.Episode]) -> None:
+    """Sets each episode's reward and reward terms (the suite's verifier and shaping)."""
     for episode in episodes:
-      episode.reward_terms = rewards.reward_terms(episode, tasks_lib.is_correct)
-      episode.reward = rewards.compose_reward(episode.reward_terms, self.config.reward)
+      episode.reward, episode.reward_terms = self._score_episode(episode)
 
   def expert_episodes(self, tasks, rng) -> list[rollout_lib.Episode]:
-    episodes = calculator_expert.run_expert_episodes(
-        self.expert, tasks, toolbox=self.toolbox, rng=rng,
-        max_tool_calls=self.config.rollout.max_tool_calls)
+    run = (calculator_expert.run_expert_episodes if self.config.task == "calculator"
+           else retrieval_expert.run_expert_episodes)
+    episodes = run(self.expert, tasks, toolbox=self.toolbox, rng=rng,
+                   max_tool_calls=self.config.rollout.max_tool_calls)
     self.score(episodes)
     return episodes
 
@@ -315,8 +338,10 @@ class _Outputs:
   write it again. The final evaluation is always written again (the audit log drops it on resume).
   """
 
-  def __init__(self, workdir: str, resume_step: int | None):
+  def __init__(self, workdir: str, resume_step: int | None, suite: str = "calculator"):
     self.resume_step = resume_step
+    # Replay rebuilds an episode with its suite's tools; calculator records carry no name.
+    self.suite_fields = {} if suite == "calculator" else {"suite": suite}
     self.primary = jax.process_index() == 0
     if self.primary:
       self._writer = metrics_lib.MetricsWriter(workdir, resume_step=resume_step)
@@ -334,7 +359,7 @@ class _Outputs:
 
   def episodes(self, episodes, *, phase: str, step: int, **fields) -> None:
     if self._new(step) or (self.primary and phase == "final_eval"):
-      self._audit.write(episodes, phase=phase, step=step, **fields)
+      self._audit.write(episodes, phase=phase, step=step, **self.suite_fields, **fields)
 
   def close(self) -> None:
     if self.primary:
@@ -349,10 +374,19 @@ def _run_sft(job: _Job, start: _PhaseStart, checkpointer, out: _Outputs) -> Any:
     logging.info("SFT already finished at step %d", start.step)
     return state.params
 
-  demo_tasks = job.splits["train"][:config.sft.num_demonstrations]
+  # The calculator suite has a training task per demonstration; a smaller suite (retrieval)
+  # is cycled through, the expert's slips drawn afresh each time.
+  train = job.splits["train"]
+  demo_tasks = [train[i % len(train)] for i in range(config.sft.num_demonstrations)]
   demos = job.expert_episodes(demo_tasks, _rng(config.seed, _PHASE_IDS["demos"]))
   out.episodes(demos, phase="sft_demonstration", step=0, policy="expert")
-  data = rollout_lib.stack_episodes(demos, job.tokenizer, config.rollout.max_length)
+  try:
+    data = rollout_lib.stack_episodes(demos, job.tokenizer, config.rollout.max_length)
+  except ValueError as error:
+    hint = (" (the retrieval suite's settings are in experiments/configs/retrieval.py)"
+            if config.task == "retrieval" else "")
+    raise JobError(f"a demonstration does not fit the rollout buffer: {error}; raise "
+                   f"rollout.max_length and model.max_len{hint}") from None
   out.metrics(0, {"expert/train_success": evaluation.summarize_episodes(demos)["success"]})
 
   buckets = _LengthBuckets(data.tokens)
@@ -382,7 +416,7 @@ def _curve_eval(job: _Job, params, global_step: int, out: _Outputs,
   config = job.config
   tasks = job.splits[split][:config.eval.curve_tasks]
   # The heldout curve keeps its original stream; other splits draw from their own.
-  rng_path = () if split == "heldout" else (EVAL_SPLITS.index(split),)
+  rng_path = () if split == "heldout" else (job.eval_splits.index(split),)
   batch = job.policy_episodes(params, tasks, key=jax.random.PRNGKey(config.seed + 7),
                               rng=_rng(config.seed, _PHASE_IDS["eval"], global_step, *rng_path),
                               sampler=job.sampler_eval)
@@ -531,7 +565,7 @@ def _final_report(job: _Job, sft_params, rl_params, out: _Outputs) -> dict[str, 
   name_rl = config.algorithm
   final_step = job.sft_steps + config.grpo.num_steps
   report: dict[str, Any] = {"splits": {}, "eval_temperature": config.eval.temperature}
-  for index, split in enumerate(EVAL_SPLITS):
+  for index, split in enumerate(job.eval_splits):
     tasks = job.splits[split]
     entry = {}
     expert = job.expert_episodes(tasks, _rng(config.seed, _PHASE_IDS["eval"], 10**6, index))
@@ -544,7 +578,7 @@ def _final_report(job: _Job, sft_params, rl_params, out: _Outputs) -> dict[str, 
                                   sampler=job.sampler_eval)
       entry[name] = evaluation.summarize_episodes(batch.episodes)
       entry[name]["detectors"] = rewards.count_detections(
-          batch.episodes, _suites.DETECTORS["calculator"])
+          batch.episodes, _suites.DETECTORS[config.task])
       out.episodes(batch.episodes, phase="final_eval", step=final_step, policy=name, split=split)
       if config.eval.greedy_too and split == "heldout":
         greedy = job.policy_episodes(params, tasks, key=policy_key,
@@ -565,7 +599,7 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
   """Runs (or resumes) the whole job in `workdir` and returns the report it writes."""
   _check_workdir(config, workdir)
   start_time = time.time()
-  if config.task != "calculator":
+  if config.task == "codefix" or config.scripted_policy:
     report = _suites.run_scripted_suite(config, workdir)
     report["wall_seconds_this_invocation"] = time.time() - start_time
     return report
@@ -584,7 +618,7 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
       resume_step = job.sft_steps + rl_start.step
     else:
       resume_step = sft_start.step or None
-    out = _Outputs(workdir, resume_step)
+    out = _Outputs(workdir, resume_step, config.task)
     if resume_step is not None:
       logging.info("Resuming from global step %d", resume_step)
       print(f"Resuming {workdir} from step {resume_step}", flush=True)
@@ -619,12 +653,13 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
   with open(os.path.join(workdir, "report.json"), "w") as f:
     json.dump(report, f, indent=2)
   heldout = report["splits"]["heldout"]
+  terms = rewards.TERMS if config.task == "calculator" else rewards.RETRIEVAL_TERMS
   metrics_lib.plot_learning_curves(
       os.path.join(workdir, "metrics.csv"), os.path.join(workdir, "learning_curves.png"),
       panels={"SFT loss": ["sft/nll"],
               "heldout success": ["eval/heldout_success", "train/success"],
               f"reward terms ({rl_phase.upper()})": [
-                  f"reward/{t}" for t in rewards.TERMS + ("learned_term",)],
+                  f"reward/{t}" for t in terms + ("learned_term",)],
               "KL to SFT": ["grpo/kl", "ppo/kl_reward_penalty"]},
       markers={"expert": heldout["expert"]["success"]})
   return report
@@ -657,7 +692,7 @@ def train_sft_only(config: _config.AgentJobConfig, workdir: str) -> None:
         sft_ckpt, job.train_state(job.init_params(), config.sft.optimizer),
         jax.random.PRNGKey(config.seed), phase="sft", seed=config.seed,
         lora=job.lora is not None)
-    out = _Outputs(workdir, sft_start.step or None)
+    out = _Outputs(workdir, sft_start.step or None, config.task)
     _run_sft(job, sft_start, sft_ckpt, out)
   out.close()
 

@@ -27,6 +27,7 @@ from rlagents.tasks import CalculatorSuiteConfig
 from rlagents.tasks.calculator_expert import NoisyExpertConfig
 from rlagents.tasks.codefix import CodeFixSuiteConfig
 from rlagents.tasks.retrieval import RetrievalSuiteConfig
+from rlagents.tasks.retrieval_expert import RetrievalExpertConfig
 from rlagents.tasks.scripted_policies import POLICIES
 
 TASKS = ("calculator", "retrieval", "codefix")
@@ -156,13 +157,18 @@ class AgentJobConfig:
       budget makes the algorithms comparable (`experiments/compare_algorithms.py`).
     checkpoint_every: save every this many steps of each phase (and at each phase's end).
     log_every: write training metrics every this many steps.
-    task: the suite, one of `TASKS`. "calculator" trains (SFT, then GRPO); "retrieval" and
-      "codefix" run `scripted_policy` through the whole pipeline (tools, guardrails, sandbox,
-      rewards with hacking detectors, audit trail, report).
+    task: the suite, one of `TASKS`. "calculator" and "retrieval" train a policy (SFT on a
+      noisy expert, then GRPO; retrieval with `algorithm='grpo'` and host rollouts only, and
+      episodes of up to ~300 tokens: see `experiments/configs/retrieval.py`); "codefix" (and
+      "retrieval" with a `scripted_policy`) runs a scripted policy through the whole pipeline
+      (tools, guardrails, sandbox, rewards with hacking detectors, audit trail, report).
     retrieval: the retrieval QA suite.
+    retrieval_expert: the error rates of the retrieval suite's scripted demonstrator.
     codefix: the code-fix suite.
     suite_reward: penalty weights of the retrieval and code-fix rewards.
-    scripted_policy: the policy of the scripted suites (`scripted_policies.POLICIES`).
+    scripted_policy: '' to train a policy (calculator, retrieval), or a scripted policy
+      (`scripted_policies.POLICIES`) to play on the retrieval or code-fix suite instead; the
+      code-fix suite has no trained policy, and '' plays 'honest' there.
     rollout_mode: how GRPO samples its training episodes (calculator task): "host" runs the
       tool in Python between jitted sampling calls, through the guardrails, and audits every
       episode; "jit" runs each whole step (multi-turn rollouts with the in-jit calculator,
@@ -179,9 +185,10 @@ class AgentJobConfig:
   seed: int = 0
   task: str = "calculator"
   retrieval: RetrievalSuiteConfig = RetrievalSuiteConfig()
+  retrieval_expert: RetrievalExpertConfig = RetrievalExpertConfig()
   codefix: CodeFixSuiteConfig = CodeFixSuiteConfig()
   suite_reward: SuiteRewardConfig = SuiteRewardConfig()
-  scripted_policy: str = "honest"
+  scripted_policy: str = ""
   model: TransformerConfig = dataclasses.field(default_factory=_default_model)
   init_from: str = ""
   lora: LoraSettings = LoraSettings()
@@ -228,9 +235,20 @@ class AgentJobConfig:
     if self.soft_reward.normalization == "group" and self.algorithm == "ppo":
       raise ValueError("soft_reward.normalization='group' needs groups of episodes per prompt "
                        "(GRPO); use 'running' with PPO")
-    if self.scripted_policy not in POLICIES:
-      raise ValueError(f"scripted_policy must be one of {', '.join(POLICIES)}, got "
-                       f"{self.scripted_policy!r}")
+    if self.scripted_policy and self.scripted_policy not in POLICIES:
+      raise ValueError(f"scripted_policy must be '' (train a policy) or one of "
+                       f"{', '.join(POLICIES)}, got {self.scripted_policy!r}")
+    if self.scripted_policy and self.task == "calculator":
+      raise ValueError(f"scripted_policy={self.scripted_policy!r} plays on the retrieval or "
+                       "code-fix suite; task='calculator' trains a policy (leave it '')")
+    if self.task == "retrieval" and not self.scripted_policy:
+      if self.algorithm != "grpo" or self.rollout_mode != "host":
+        raise ValueError("task='retrieval' trains with algorithm='grpo' and rollout_mode='host' "
+                         f"only, got algorithm={self.algorithm!r}, "
+                         f"rollout_mode={self.rollout_mode!r}")
+      if self.soft_reward.weight:
+        raise ValueError("task='retrieval' has no learned reward yet; soft_reward.weight must "
+                         f"be 0, got {self.soft_reward.weight}")
     if not 0 <= self.tool_failure_rate < 1:
       raise ValueError(f"tool_failure_rate must be in [0, 1), got {self.tool_failure_rate}")
     if self.checkpoint_every < 1 or self.log_every < 1:
@@ -238,7 +256,7 @@ class AgentJobConfig:
     if self.rollout.max_length > self.model.max_len:
       raise ValueError(f"rollout.max_length ({self.rollout.max_length}) exceeds model.max_len "
                        f"({self.model.max_len})")
-    if self.sft.num_demonstrations > self.tasks.num_train:
+    if self.task == "calculator" and self.sft.num_demonstrations > self.tasks.num_train:
       raise ValueError(f"sft.num_demonstrations ({self.sft.num_demonstrations}) exceeds "
                        f"tasks.num_train ({self.tasks.num_train})")
 

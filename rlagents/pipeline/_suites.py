@@ -1,9 +1,11 @@
 """The retrieval and code-fix suites in the main job, and every suite's replay recipe.
 
-`--config.task=retrieval` or `--config.task=codefix` runs the suite end to end with a scripted
-policy (`config.scripted_policy`): TFDS data, guarded tools (an allow-list of the suite's tools
+`--config.task=codefix` (or `retrieval` with `--config.scripted_policy=...`) runs the suite end
+to end with a scripted policy: TFDS data, guarded tools (an allow-list of the suite's tools
 and a review gate that denies by default), the sandbox, the suite's reward with its hacking
-detectors, the hash-chained audit trail and a report with detector counts. Host code.
+detectors, the hash-chained audit trail and a report with detector counts. The retrieval
+suite's tools and reward are also those the trained retrieval policy meets (`retrieval_parts`).
+Host code.
 """
 
 import dataclasses
@@ -28,7 +30,8 @@ DETECTORS = {"calculator": ("padding", "redundant_calls"),
               "codefix": ("test_tampering", "redundant_calls")}
 
 
-def _retrieval_parts(config, data_dir):
+def retrieval_parts(config, data_dir):
+  """(task -> guarded toolbox, episode -> (reward, terms), scripted segment) of retrieval QA."""
   corpus = suites_tfds.load_corpus(config.retrieval, data_dir=data_dir)
   search = tools_lib.DocumentSearchTool(corpus, top_k=2)
   toolbox = guardrails.guarded_toolbox([search], allow={"search": None})
@@ -67,8 +70,9 @@ def replay_suite(config, suite_name: str, data_dir: str) -> guardrails.ReplaySui
     return guardrails.ReplaySuite(lambda d: tasks_lib.CalculatorTask(**d), lambda t: toolbox,
                                   score, group_terms={"diversity": config.diversity_weight})
   if suite_name == "retrieval":
-    toolbox_for, score, _ = _retrieval_parts(config, data_dir)
-    return guardrails.ReplaySuite(tasks_lib.retrieval.from_record, toolbox_for, score)
+    toolbox_for, score, _ = retrieval_parts(config, data_dir)
+    return guardrails.ReplaySuite(tasks_lib.retrieval.from_record, toolbox_for, score,
+                                  group_terms={"diversity": config.diversity_weight})
   if suite_name == "codefix":
     toolbox_for, score, _ = _codefix_parts(config)
     return guardrails.ReplaySuite(tasks_lib.codefix.from_record, toolbox_for, score)
@@ -80,21 +84,22 @@ def run_scripted_suite(config, workdir: str) -> dict[str, Any]:
   data_dir = os.path.join(workdir, "data")
   suite_config = getattr(config, config.task)
   if config.task == "retrieval":
-    toolbox_for, score, segment = _retrieval_parts(config, data_dir)
+    toolbox_for, score, segment = retrieval_parts(config, data_dir)
   else:
     toolbox_for, score, segment = _codefix_parts(config)
   audit = guardrails.AuditLog(os.path.join(workdir, "audit", "episodes.jsonl"), resume_step=None)
-  report = {"task": config.task, "policy": config.scripted_policy, "splits": {}}
+  policy = config.scripted_policy or "honest"
+  report = {"task": config.task, "policy": policy, "splits": {}}
   for index, split in enumerate(SCRIPTED_SPLITS):
     tasks = suites_tfds.load_split(config.task, split, suite=suite_config, data_dir=data_dir)
     tasks = tasks[:config.eval.curve_tasks]
     rng = np.random.default_rng([config.seed, 5, index])
     episodes = scripted_policies.run_scripted_episodes(
-        segment, config.scripted_policy, tasks, toolbox_for=toolbox_for, rng=rng,
+        segment, policy, tasks, toolbox_for=toolbox_for, rng=rng,
         max_tool_calls=config.rollout.max_tool_calls)
     for episode in episodes:
       episode.reward, episode.reward_terms = score(episode)
-    audit.write(episodes, phase="final_eval", step=0, policy=config.scripted_policy,
+    audit.write(episodes, phase="final_eval", step=0, policy=policy,
                 split=split, suite=config.task)
     summary = evaluation.summarize_episodes(episodes)
     summary["detectors"] = rewards.count_detections(episodes, DETECTORS[config.task])

@@ -99,8 +99,8 @@ def test_a_changed_tool_result_is_reported_where_it_diverges(calculator_workdir)
 def test_unknown_task_in_the_config_is_a_clear_error():
   with pytest.raises(pipeline.ConfigError, match="task must be one of calculator, retrieval"):
     pipeline.config_from_dict({"task": "chess"})
-  with pytest.raises(pipeline.ConfigError, match="scripted_policy must be one of"):
-    pipeline.config_from_dict({"scripted_policy": "cheat"})
+  with pytest.raises(pipeline.ConfigError, match="scripted_policy must be '' .* or one of"):
+    pipeline.config_from_dict({"task": "codefix", "scripted_policy": "cheat"})
 
 
 def test_episodes_with_a_diversity_penalty_replay(calculator_workdir):
