@@ -36,10 +36,15 @@ class NoisyExpertConfig:
   redundant_rate: float = 0.10
 
   def __post_init__(self):
-    for field in dataclasses.fields(self):
-      value = getattr(self, field.name)
-      if field.name.endswith("_rate") and not 0.0 <= value <= 1.0:
-        raise ValueError(f"NoisyExpertConfig.{field.name} must be in [0, 1], got {value}")
+    check_rates(self)
+
+
+def check_rates(config) -> None:
+  """Raises ValueError naming the first `*_rate` field of a config dataclass outside [0, 1]."""
+  for field in dataclasses.fields(config):
+    value = getattr(config, field.name)
+    if field.name.endswith("_rate") and not 0.0 <= value <= 1.0:
+      raise ValueError(f"{type(config).__name__}.{field.name} must be in [0, 1], got {value}")
 
 
 def _change_one_digit(text: str, rng: np.random.Generator) -> str:

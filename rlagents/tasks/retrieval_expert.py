@@ -14,6 +14,7 @@ import re
 import numpy as np
 
 from rlagents.rollout import _episode
+from rlagents.tasks import calculator_expert
 from rlagents.tasks import retrieval
 from rlagents.tools import CallStatus
 
@@ -47,10 +48,7 @@ class RetrievalExpertConfig:
   redundant_rate: float = 0.10
 
   def __post_init__(self):
-    for field in dataclasses.fields(self):
-      value = getattr(self, field.name)
-      if field.name.endswith("_rate") and not 0.0 <= value <= 1.0:
-        raise ValueError(f"RetrievalExpertConfig.{field.name} must be in [0, 1], got {value}")
+    calculator_expert.check_rates(self)
 
 
 def parse_question(question: str) -> tuple[str, str, str]:

@@ -17,7 +17,14 @@ def _smoke_values():
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("retrieval") / "run")
-  config = pipeline.config_from_dict(_smoke_values())
+  values = _smoke_values()
+  # Smaller than the smoke variant, to keep the suite short: 150 places (~45 held-out
+  # questions), 200 SFT steps, 8 GRPO steps.
+  values["retrieval"]["num_places"] = 150
+  values["sft"].update(num_demonstrations=800, num_steps=200)
+  values["sft"]["optimizer"]["decay_steps"] = 180
+  values["grpo"]["num_steps"] = 8
+  config = pipeline.config_from_dict(values)
   report = pipeline.train_and_evaluate(config, workdir)
   return config, workdir, report
 

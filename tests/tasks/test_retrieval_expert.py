@@ -62,6 +62,11 @@ def test_default_expert_is_right_about_two_thirds_of_the_time():
   assert 0.1 < summary["no_tool_rate"] < 0.25
 
 
+def test_a_rate_outside_zero_one_is_named():
+  with pytest.raises(ValueError, match="RetrievalExpertConfig.typo_rate must be in"):
+    retrieval_expert.RetrievalExpertConfig(typo_rate=1.5)
+
+
 def test_a_question_the_suite_does_not_ask_is_an_error():
   with pytest.raises(ValueError, match="not a retrieval-suite question"):
     retrieval_expert.parse_question("who is the mayor of velora?")
