@@ -11,6 +11,11 @@ sides. The sides run one after the other; PyTorch gets `--threads` threads. rlag
 per batch size (the compile) is timed separately; each side gets one warm-up call, then
 `--repeats` timed calls; the median, min and max are reported, and ratio = ours / transformers in
 tokens/s (above 1: rlagents is faster).
+
+Each batch also prints a ceiling: the tokens/s of a decode step that does nothing but the model's
+matrix multiplies (every layer's projections and the LM head, at that batch, one token per row,
+jitted, in a loop like the sampler's), which no float32 implementation on this machine beats by
+much; `ceiling / transformers` bounds the ratio reachable here.
 """
 
 import json
@@ -81,6 +86,34 @@ def _time_ours(loaded, batch: int, repeats: int) -> tuple[float, list[float]]:
   return first - statistics.median(timed), timed
 
 
+def _time_matmul_only(loaded, batch: int, repeats: int, steps: int = 32) -> list[float]:
+  """Seconds per decode step made of the model's matmuls alone (no attention, norms or sampling)."""
+  tree = loaded.params["params"]
+  layers = [tree[name] for name in sorted(
+      (name for name in tree if name.startswith("layers_")), key=lambda n: int(n.split("_")[1]))]
+  head = (tree["lm_head"]["kernel"] if "lm_head" in tree else tree["embed_tokens"]["embedding"].T)
+
+  def one_step(_, x):
+    for layer in layers:
+      attn, mlp = layer["self_attn"], layer["mlp"]
+      q = x @ attn["q_proj"]["kernel"]
+      kv = (x @ attn["k_proj"]["kernel"]).sum(-1) + (x @ attn["v_proj"]["kernel"]).sum(-1)
+      x = x + q @ attn["o_proj"]["kernel"] + 1e-6 * kv[:, None]
+      x = x + (jax.nn.silu(x @ mlp["gate_proj"]["kernel"]) * (x @ mlp["up_proj"]["kernel"])
+               ) @ mlp["down_proj"]["kernel"]
+    return x + 1e-6 * (x @ head).mean(-1, keepdims=True)
+
+  run = jax.jit(lambda x: jax.lax.fori_loop(0, steps, one_step, x))
+  x = jnp.full((batch, head.shape[0]), 0.01, jnp.float32)
+  jax.block_until_ready(run(x))
+  seconds = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(run(x))
+    seconds.append((time.perf_counter() - start) / steps * NEW_TOKENS)
+  return seconds
+
+
 def _time_transformers(torch_model, batch: int, repeats: int, vocab_size: int) -> list[float]:
   rng = np.random.default_rng(batch)
 
@@ -119,18 +152,22 @@ def main(argv):
   for batch in map(int, _BATCHES.value):
     compile_s, ours = _time_ours(loaded, batch, _REPEATS.value)
     theirs = _time_transformers(torch_model, batch, _REPEATS.value, hf_config.vocab_size)
+    ceiling = _time_matmul_only(loaded, batch, _REPEATS.value)
     tokens = batch * NEW_TOKENS
     row = {"batch": batch, "ours": _summary(ours, tokens), "ours_compile_s": compile_s,
-           "transformers": _summary(theirs, tokens)}
+           "transformers": _summary(theirs, tokens), "matmul_only": _summary(ceiling, tokens)}
     row["ratio"] = row["ours"]["tokens_per_s_median"] / row["transformers"]["tokens_per_s_median"]
+    row["ceiling_ratio"] = (row["matmul_only"]["tokens_per_s_median"]
+                            / row["transformers"]["tokens_per_s_median"])
     results.append(row)
     print(f"batch {batch:3d}: rlagents {row['ours']['tokens_per_s_median']:9,.0f} tok/s "
           f"[{row['ours']['tokens_per_s_min']:,.0f}-{row['ours']['tokens_per_s_max']:,.0f}] "
           f"(compile {compile_s:.1f} s) | transformers "
           f"{row['transformers']['tokens_per_s_median']:8,.0f} tok/s "
           f"[{row['transformers']['tokens_per_s_min']:,.0f}-"
-          f"{row['transformers']['tokens_per_s_max']:,.0f}] | ratio {row['ratio']:.2f}x",
-          flush=True)
+          f"{row['transformers']['tokens_per_s_max']:,.0f}] | ratio {row['ratio']:.2f}x | "
+          f"matmul-only ceiling {row['matmul_only']['tokens_per_s_median']:,.0f} tok/s "
+          f"({row['ceiling_ratio']:.2f}x transformers)", flush=True)
 
   report = {
       "benchmark": "generation", "shape": _SHAPE.value, "parameters": n_params,
