@@ -78,10 +78,12 @@ def plot_learning_curves(csv_path: str, png_path: str, *, panels: Mapping[str, l
   rows = read_csv(csv_path)
   fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
   for ax, (title, names) in zip(axes[0], panels.items()):
+    plotted = False
     for name in names:
       steps, values = _series(rows, name)
       if len(steps):
         ax.plot(steps, values, label=name, marker="." if len(steps) < 40 else None)
+        plotted = True
     if markers and "success" in title:
       for label, y in markers.items():
         ax.axhline(y, linestyle="--", linewidth=1, color="gray")
@@ -89,7 +91,11 @@ def plot_learning_curves(csv_path: str, png_path: str, *, panels: Mapping[str, l
     ax.set_title(title)
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    if plotted:
+      ax.legend(fontsize=7)
+    else:
+      ax.text(0.5, 0.5, "not logged: " + ", ".join(names), ha="center", va="center",
+              fontsize=7, wrap=True, transform=ax.transAxes)
   fig.tight_layout()
   fig.savefig(png_path, dpi=100)
   plt.close(fig)

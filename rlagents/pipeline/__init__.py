@@ -7,6 +7,7 @@ from rlagents.pipeline._config import config_to_dict
 from rlagents.pipeline._config import ConfigError
 from rlagents.pipeline._config import EvalConfig
 from rlagents.pipeline._config import LoraSettings
+from rlagents.pipeline._agent_job import curve_panels
 from rlagents.pipeline._agent_job import JobError
 from rlagents.pipeline._agent_job import train_and_evaluate
 from rlagents.pipeline._agent_job import train_sft_only
@@ -21,6 +22,7 @@ __all__ = [
     "JobError",
     "config_from_dict",
     "config_to_dict",
+    "curve_panels",
     "train_and_evaluate",
     "replay_workdir",
     "train_sft_only",

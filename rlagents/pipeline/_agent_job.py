@@ -653,16 +653,34 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
   with open(os.path.join(workdir, "report.json"), "w") as f:
     json.dump(report, f, indent=2)
   heldout = report["splits"]["heldout"]
-  terms = rewards.TERMS if config.task == "calculator" else rewards.RETRIEVAL_TERMS
   metrics_lib.plot_learning_curves(
       os.path.join(workdir, "metrics.csv"), os.path.join(workdir, "learning_curves.png"),
-      panels={"SFT loss": ["sft/nll"],
-              "heldout success": ["eval/heldout_success", "train/success"],
-              f"reward terms ({rl_phase.upper()})": [
-                  f"reward/{t}" for t in terms + ("learned_term",)],
-              "KL to SFT": ["grpo/kl", "ppo/kl_reward_penalty"]},
-      markers={"expert": heldout["expert"]["success"]})
+      panels=curve_panels(config), markers={"expert": heldout["expert"]["success"]})
   return report
+
+
+def curve_panels(config: _config.AgentJobConfig) -> dict[str, list[str]]:
+  """The panels of `learning_curves.png` (title -> metric names) for `config.algorithm`.
+
+  Online RL plots its reward terms and its KL to the SFT policy; DPO and KTO, which sample no
+  episodes after SFT, plot their objective and the implicit rewards of their data instead.
+  """
+  phase = config.algorithm
+  panels = {"SFT loss": ["sft/nll"], "heldout success": ["eval/heldout_success", "train/success"]}
+  if phase == "dpo":
+    panels["DPO objective"] = ["dpo/dpo_loss", "dpo/reward_accuracy"]
+    panels["DPO implicit rewards"] = ["dpo/chosen_reward", "dpo/rejected_reward",
+                                      "dpo/reward_margin"]
+  elif phase == "kto":
+    panels["KTO objective"] = ["kto/kto_loss"]
+    panels["KTO implicit rewards"] = ["kto/desirable_reward", "kto/undesirable_reward",
+                                      "kto/kl_reference"]
+  else:
+    terms = rewards.TERMS if config.task == "calculator" else rewards.RETRIEVAL_TERMS
+    panels[f"reward terms ({phase.upper()})"] = [
+        f"reward/{t}" for t in terms + ("learned_term",)]
+    panels["KL to SFT"] = ["grpo/kl"] if phase == "grpo" else ["ppo/kl_reward_penalty"]
+  return panels
 
 
 def _restore_phases(job: _Job, sft_ckpt, rl_ckpt) -> tuple[_PhaseStart, _PhaseStart]:

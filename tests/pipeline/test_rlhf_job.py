@@ -41,6 +41,17 @@ def _after_sft(ppo_workdir, tmp_path):
   return workdir
 
 
+def _assert_every_plot_panel_has_data(config, workdir, *, skip=()):
+  """Each panel of learning_curves.png (but `skip`) names at least one metric the run wrote."""
+  written = {r["name"] for r in read_csv(os.path.join(workdir, "metrics.csv"))}
+  panels = pipeline.curve_panels(config)
+  assert set(skip) < set(panels)
+  for title, names in panels.items():
+    if title in skip:
+      continue
+    assert written & set(names), f"panel {title!r} has none of {names} in metrics.csv"
+
+
 def test_ppo_raises_heldout_success_and_reward(ppo_run):
   config, workdir, report = ppo_run
   rows = read_csv(os.path.join(workdir, "metrics.csv"))
@@ -55,6 +66,7 @@ def test_ppo_raises_heldout_success_and_reward(ppo_run):
   assert stats["rl_steps"] == config.ppo.num_steps and stats["sampled_tokens"] > 0
   # The shared critic adds one value head (d_model + 1 parameters) to the policy.
   assert stats["trained_parameters"] > 0
+  _assert_every_plot_panel_has_data(config, workdir)
 
 
 def test_dpo_samples_up_to_the_token_budget(ppo_run, tmp_path):
@@ -72,6 +84,8 @@ def test_dpo_samples_up_to_the_token_budget(ppo_run, tmp_path):
   assert stats["rl_steps"] == 4
   pairs = learners.load_preferences(os.path.join(workdir, "data", "dpo.jsonl"))
   assert len(pairs) == stats["records"] > 0
+  # This run restarts after SFT and evaluates only at the end: no SFT loss, no curve.
+  _assert_every_plot_panel_has_data(config, workdir, skip=("SFT loss", "heldout success"))
 
 
 def test_kto_feedback_file_with_a_bad_line_is_named(ppo_run, tmp_path):
