@@ -12,10 +12,10 @@ per batch size (the compile) is timed separately; each side gets one warm-up cal
 `--repeats` timed calls; the median, min and max are reported, and ratio = ours / transformers in
 tokens/s (above 1: rlagents is faster).
 
-Each batch also prints a ceiling: the tokens/s of a decode step that does nothing but the model's
-matrix multiplies (every layer's projections and the LM head, at that batch, one token per row,
-jitted, in a loop like the sampler's), which no float32 implementation on this machine beats by
-much; `ceiling / transformers` bounds the ratio reachable here.
+Each batch also prints a ceiling: the tokens/s of a generation that does nothing but the model's
+matrix multiplies (every layer's projections and the LM head over the prompt, then one token per
+row per step, jitted, in a loop like the sampler's), which no float32 implementation on this
+machine beats by much; `ceiling / transformers` bounds the ratio reachable here.
 """
 
 import json
@@ -86,14 +86,18 @@ def _time_ours(loaded, batch: int, repeats: int) -> tuple[float, list[float]]:
   return first - statistics.median(timed), timed
 
 
-def _time_matmul_only(loaded, batch: int, repeats: int, steps: int = 32) -> list[float]:
-  """Seconds per decode step made of the model's matmuls alone (no attention, norms or sampling)."""
+def _time_matmul_only(loaded, batch: int, repeats: int) -> list[float]:
+  """Seconds of a generation made of the model's matmuls alone (no attention, norms, sampling).
+
+  The same work as a real call: one pass over the `batch x PROMPT_LEN` prompt tokens, then
+  `NEW_TOKENS` steps of `batch` tokens each, every layer's projections and the LM head.
+  """
   tree = loaded.params["params"]
   layers = [tree[name] for name in sorted(
       (name for name in tree if name.startswith("layers_")), key=lambda n: int(n.split("_")[1]))]
   head = (tree["lm_head"]["kernel"] if "lm_head" in tree else tree["embed_tokens"]["embedding"].T)
 
-  def one_step(_, x):
+  def forward(x):
     for layer in layers:
       attn, mlp = layer["self_attn"], layer["mlp"]
       q = x @ attn["q_proj"]["kernel"]
@@ -103,14 +107,18 @@ def _time_matmul_only(loaded, batch: int, repeats: int, steps: int = 32) -> list
                ) @ mlp["down_proj"]["kernel"]
     return x + 1e-6 * (x @ head).mean(-1, keepdims=True)
 
-  run = jax.jit(lambda x: jax.lax.fori_loop(0, steps, one_step, x))
-  x = jnp.full((batch, head.shape[0]), 0.01, jnp.float32)
-  jax.block_until_ready(run(x))
+  @jax.jit
+  def run(prompt):
+    last = forward(prompt).reshape(batch, PROMPT_LEN, -1)[:, -1]
+    return jax.lax.fori_loop(0, NEW_TOKENS, lambda _, x: forward(x), last)
+
+  prompt = jnp.full((batch * PROMPT_LEN, head.shape[0]), 0.01, jnp.float32)
+  jax.block_until_ready(run(prompt))
   seconds = []
   for _ in range(repeats):
     start = time.perf_counter()
-    jax.block_until_ready(run(x))
-    seconds.append((time.perf_counter() - start) / steps * NEW_TOKENS)
+    jax.block_until_ready(run(prompt))
+    seconds.append(time.perf_counter() - start)
   return seconds
 
 
