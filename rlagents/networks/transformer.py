@@ -166,9 +166,11 @@ def init_cache(config: TransformerConfig, batch_size: int, cache_len: int | None
   """
   cache_len = config.max_len if cache_len is None else cache_len
   dtype = config.activation_dtype if dtype is None else jnp.dtype(dtype)
-  shape = (batch_size, config.n_kv_heads, cache_len, config.head_dim)
-  keys = tuple(jnp.zeros(shape[:2] + shape[:1:-1], dtype) for _ in range(config.n_layers))
-  values = tuple(jnp.zeros(shape, dtype) for _ in range(config.n_layers))
+  heads = (batch_size, config.n_kv_heads)
+  keys = tuple(jnp.zeros(heads + (config.head_dim, cache_len), dtype)
+               for _ in range(config.n_layers))
+  values = tuple(jnp.zeros(heads + (cache_len, config.head_dim), dtype)
+                 for _ in range(config.n_layers))
   return KVCache(k=keys, v=values)
 
 

@@ -202,11 +202,12 @@ def test_prefill_blocks_stop_after_the_longest_prefix(monkeypatch):
   lengths = np.array([5, 11, 0], np.int32)  # row 2 is not needed
   last_hidden, cache = prefill(params, tokens, lengths)
   np.testing.assert_allclose(last_hidden[:2], hidden[[0, 1], lengths[:2] - 1], atol=1e-5)
-  # Keys are [B, K, Dh, S] (slots last), values [B, K, S, Dh].
-  slot_views = [lambda a, n: a[..., :n]] * len(cache.k) + [lambda a, n: a[:, :, :n]] * len(cache.v)
-  for got, want, view in zip(cache.k + cache.v, full_cache.k + full_cache.v, slot_views):
-    np.testing.assert_allclose(view(got[0:1], 5), view(want[0:1], 5), atol=1e-5)
-    np.testing.assert_allclose(view(got[1:2], 11), view(want[1:2], 11), atol=1e-5)
+  for got, want in zip(cache.k, full_cache.k):  # keys [B, K, Dh, S]: slots last
+    np.testing.assert_allclose(got[0, ..., :5], want[0, ..., :5], atol=1e-5)
+    np.testing.assert_allclose(got[1, ..., :11], want[1, ..., :11], atol=1e-5)
+  for got, want in zip(cache.v, full_cache.v):  # values [B, K, S, Dh]
+    np.testing.assert_allclose(got[0, :, :5], want[0, :, :5], atol=1e-5)
+    np.testing.assert_allclose(got[1, :, :11], want[1, :, :11], atol=1e-5)
 
   # Prefixes within the first block: the second block is never run, its slots stay zero.
   last_hidden, cache = prefill(params, tokens, np.array([3, 8, 0], np.int32))
