@@ -138,6 +138,19 @@ def test_rope_scores_depend_on_relative_position_only():
   np.testing.assert_allclose(transformer_lib._rope(q, jnp.zeros((1, 1), jnp.int32), 1e4), q)
 
 
+@pytest.mark.parametrize("scaling", [None, transformer_lib.RopeScaling(factor=8.0, original_max_len=64)])
+def test_rope_table_matches_computed_angles(scaling):
+  x = jax.random.normal(jax.random.key(0), (2, 5, 3, 16))
+  positions = jnp.array([[0, 1, 2, 3, 4], [90, 17, 250, 255, 33]])
+  computed = transformer_lib._rope(x, positions, 1e4, scaling)
+  from_table = transformer_lib._rope(x, positions, 1e4, scaling, table_len=256)
+  np.testing.assert_allclose(from_table, computed, atol=2e-6)
+  # Positions past the table read its last row.
+  clipped = transformer_lib._rope(x, positions + 1000, 1e4, scaling, table_len=256)
+  np.testing.assert_allclose(clipped, transformer_lib._rope(x, jnp.full_like(positions, 255), 1e4,
+                                                            scaling), atol=2e-6)
+
+
 def test_parameter_names_and_shapes():
   _, params = _init(dataclasses.replace(TINY, n_kv_heads=4, attention_bias=True))
   layer = params["params"]["layers_0"]
