@@ -176,6 +176,29 @@ def test_plain_sampling_follows_the_softmax():
       _sample_many(wide, 200, temperature=1.0, top_k=0, top_p=1.0), 4095)
 
 
+def test_wide_rows_sample_in_two_levels_and_follow_the_softmax():
+  width = 8192
+  assert width >= _generate._TWO_LEVEL_SAMPLE_WIDTH
+  # Mass in three blocks of 64 (entries 3, 70, 71 and 8191); zero everywhere else, including the
+  # entries around them in their blocks.
+  probs = np.zeros(width)
+  probs[[3, 70, 71, 8191]] = [0.2, 0.1, 0.3, 0.4]
+  logits = jnp.log(jnp.asarray(probs, jnp.float32))[None]
+  n = 8000
+  counts = np.bincount(_sample_many(logits, n, temperature=1.0, top_k=0, top_p=1.0),
+                       minlength=width)
+  assert counts.sum() == counts[[3, 70, 71, 8191]].sum() == n
+  np.testing.assert_allclose(counts[[3, 70, 71, 8191]] / n, [0.2, 0.1, 0.3, 0.4], atol=0.02)
+
+
+def test_inverse_cdf_edges_never_pick_a_zero_weight_entry():
+  weights = jnp.array([[0.0, 0.0, 2.0, 0.0, 1.0, 0.0]])
+  pick = lambda u: int(_generate._first_exceeding(weights, jnp.full((1, 1), u))[0])
+  assert pick(0.0) == 2  # u = 0: the first positive entry, not entry 0
+  assert pick(0.5) == 2 and pick(0.7) == 4
+  assert pick(1.0) == 4  # u * total rounded up to the total: the last positive entry
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(temperature=-1.0), "temperature"),
     (dict(top_p=0.0), "top_p"),
