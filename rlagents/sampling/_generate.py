@@ -83,21 +83,22 @@ def _first_exceeding(weights, u):
 
 
 def _inverse_cdf_sample(key, logits):
-  """One draw per row of `softmax(logits)` `[B, N]` from two uniform numbers per row; `[B]` int32.
+  """One draw per row of `softmax(logits)` `[B, N]`; `[B]` int32.
 
   An entry of probability 0 (a `-inf` logit) is never picked. A row narrower than
-  `_TWO_LEVEL_SAMPLE_WIDTH` is sampled by inverting its cumulative sum at one number. A wider one
-  in two levels, as a cumulative sum over a whole wide row was slow on CPU: a block of about
-  `sqrt(N)` entries by the blocks' masses with one number, then an entry of that block with the
-  other. `jax.random.categorical` (Gumbel-max) draws `B * N` random numbers instead: at B=64,
+  `_TWO_LEVEL_SAMPLE_WIDTH` is sampled by inverting its cumulative sum at one uniform number. A
+  wider one, whose cumulative sum was slow on CPU, in two levels from two numbers: a block of
+  about `sqrt(N)` entries by the blocks' masses, then an entry of that block by the entries'
+  weights. `jax.random.categorical` (Gumbel-max) draws `B * N` random numbers instead: at B=64,
   N=8192 it took 65 ms per draw on 2 CPU cores, more than a whole decode step of the benchmark's
   larger model.
   """
   batch, width = logits.shape
   weights = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
-  u_block, u_entry = jax.random.uniform(key, (2, batch, 1), jnp.float32)
   if width < _TWO_LEVEL_SAMPLE_WIDTH:
-    return _first_exceeding(weights, u_entry).astype(jnp.int32)
+    u = jax.random.uniform(key, (batch, 1), jnp.float32)
+    return _first_exceeding(weights, u).astype(jnp.int32)
+  u_block, u_entry = jax.random.uniform(key, (2, batch, 1), jnp.float32)
   block = 1 << ((width - 1).bit_length() // 2)  # about sqrt(width), a power of two
   n_blocks = -(-width // block)
   blocks = jnp.pad(weights, ((0, 0), (0, n_blocks * block - width))).reshape(batch, n_blocks, block)
