@@ -138,7 +138,8 @@ def test_rope_scores_depend_on_relative_position_only():
   np.testing.assert_allclose(transformer_lib._rope(q, jnp.zeros((1, 1), jnp.int32), 1e4), q)
 
 
-@pytest.mark.parametrize("scaling", [None, transformer_lib.RopeScaling(factor=8.0, original_max_len=64)])
+@pytest.mark.parametrize(
+    "scaling", [None, transformer_lib.RopeScaling(factor=8.0, original_max_len=64)])
 def test_rope_table_matches_computed_angles(scaling):
   x = jax.random.normal(jax.random.key(0), (2, 5, 3, 16))
   positions = jnp.array([[0, 1, 2, 3, 4], [90, 17, 250, 255, 33]])
