@@ -1,6 +1,6 @@
 """The calculator agent: SFT on a noisy expert, then GRPO, then evaluation on unseen tasks.
 
-Run (defaults; about 10.5 minutes on a quiet 2-core CPU, held-out success 0.91-0.94, see README):
+Run (defaults; 6.5-10.5 minutes on a quiet 2-core CPU, held-out success 0.90-0.94, see README):
 
     python -m experiments.train_agent --workdir=/tmp/rlagents_calc
 
