@@ -237,3 +237,23 @@ def test_prefill_blocks_stop_after_the_longest_prefix(monkeypatch):
   np.testing.assert_allclose(last_hidden[1], hidden[1, 7], atol=1e-5)
   assert not cache.k[0][..., 8:].any() and cache.k[0][..., :8].all()
   assert not cache.v[0][:, :, 8:].any() and cache.v[0][:, :, :8].all()
+
+
+def test_prefill_finishes_with_shorter_blocks(monkeypatch):
+  model, params, _ = _setup()
+  # 16-position blocks while they fit in the longest prefix (23), then 4-position ones.
+  monkeypatch.setattr(_generate, "_TAIL_PREFILL_BLOCK", 4)
+  assert _generate._prefill_block_lens(2, 30) == (16, 4)
+  tokens = np.asarray(jax.random.randint(jax.random.key(5), (2, 30), 1, 50), np.int32)
+  positions = np.broadcast_to(np.arange(30), (2, 30))
+  hidden, full_cache = jax.jit(functools.partial(model.apply, method=model.hidden_states))(
+      params, tokens, positions)
+  lengths = np.array([23, 9], np.int32)
+  last_hidden, cache = jax.jit(functools.partial(_generate._prefill, model=model))(
+      params, tokens, lengths)
+  np.testing.assert_allclose(last_hidden, hidden[[0, 1], lengths - 1], atol=1e-5)
+  for got, want in zip(cache.v, full_cache.v):
+    np.testing.assert_allclose(got[0, :, :23], want[0, :, :23], atol=1e-5)
+    np.testing.assert_allclose(got[1, :, :9], want[1, :, :9], atol=1e-5)
+  # Blocks [0, 16), [16, 20), [20, 24) ran; nothing past slot 24 was written.
+  assert cache.v[0][:, :, :24].all() and not cache.v[0][:, :, 24:].any()
