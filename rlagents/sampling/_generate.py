@@ -172,18 +172,14 @@ def _append(state: _DecodeState, logits: jax.Array, key: jax.Array, *, stop_toke
   )
 
 
-def _prefill_block_len(batch: int, buffer_len: int) -> int:
-  """Positions per prefill block: about `_PREFILL_BLOCK_TOKENS` tokens over the batch."""
+def _prefill_block_lens(batch: int, buffer_len: int) -> tuple[int, ...]:
+  """Block lengths of a prefill, longest first: the longest holds about `_PREFILL_BLOCK_TOKENS`
+  tokens over the batch, each next one a quarter of the previous, down to `_TAIL_PREFILL_BLOCK`
+  positions."""
   block = 8
   while block * 2 * batch <= _PREFILL_BLOCK_TOKENS and block * 2 <= buffer_len:
     block *= 2
-  return min(block, buffer_len)
-
-
-def _prefill_block_lens(batch: int, buffer_len: int) -> tuple[int, ...]:
-  """Block lengths of a prefill, longest first: `_prefill_block_len`, then a quarter of the
-  previous one at a time, down to `_TAIL_PREFILL_BLOCK` positions."""
-  lens = [_prefill_block_len(batch, buffer_len)]
+  lens = [min(block, buffer_len)]
   while lens[-1] > _TAIL_PREFILL_BLOCK:
     lens.append(max(_TAIL_PREFILL_BLOCK, lens[-1] // 4))
   return tuple(lens)
