@@ -257,3 +257,55 @@ def test_prefill_finishes_with_shorter_blocks(monkeypatch):
     np.testing.assert_allclose(got[1, :, :9], want[1, :, :9], atol=1e-5)
   # Blocks [0, 16), [16, 20), [20, 24) ran; nothing past slot 24 was written.
   assert cache.v[0][:, :, :24].all() and not cache.v[0][:, :, 24:].any()
+
+
+def test_attention_windows_give_the_whole_buffer_results(monkeypatch):
+  model, params, _ = _setup()
+  # 8 positions per block over 4 rows, then 3-position tail blocks; windows of 2, 4 and 8 slots
+  # in a 32-slot buffer.
+  monkeypatch.setattr(_generate, "_PREFILL_BLOCK_TOKENS", 32)
+  monkeypatch.setattr(_generate, "_TAIL_PREFILL_BLOCK", 3)
+
+  def generate(lengths, min_window):  # sampled, so that logits far from the top matter too
+    monkeypatch.setattr(_generate, "_MIN_WINDOW", min_window)
+    tokens = np.asarray(jax.random.randint(jax.random.key(6), (4, 32), 1, 50), np.int32)
+    tokens = np.where(np.arange(32) < lengths[:, None], tokens, 0).astype(np.int32)
+    run = jax.jit(functools.partial(
+        sampling.generate_segment.__wrapped__, model=model, max_new_tokens=12, stop_tokens=(),
+        temperature=1.0))
+    return run(params, tokens, lengths, np.ones(4, bool), jax.random.key(1))
+
+  monkeypatch.setattr(_generate, "_MIN_WINDOW", 2)
+  assert _generate._attention_windows(32) == (2, 4, 8, 32)
+  assert _generate._prefill_block_lens(4, 32) == (8, 3)
+  # Prompts of up to 2 tokens: decode steps in windows 2, 4, 8 and the whole buffer. Up to 7:
+  # tail blocks [0, 3) in window 4 (not 2, where its last query would miss its own slot), [3, 6)
+  # in 8, [6, 9) in the whole buffer. Up to 13: the 8-slot block in window 8, tail blocks in the
+  # whole buffer.
+  for lengths in ([1, 2, 1, 2], [3, 7, 5, 6], [3, 11, 6, 13]):
+    lengths = np.array(lengths, np.int32)
+    whole = generate(lengths, 1000)
+    windowed = generate(lengths, 2)
+    np.testing.assert_array_equal(windowed.tokens, whole.tokens)
+    np.testing.assert_array_equal(windowed.lengths, np.minimum(lengths + 12, 32))
+    np.testing.assert_allclose(windowed.logprobs, whole.logprobs, atol=1e-6)
+
+
+def test_attended_slots_limit_what_attention_reads():
+  model, params, _ = _setup()
+  tokens = np.asarray(jax.random.randint(jax.random.key(8), (2, 6), 1, 50), np.int32)
+  positions = np.broadcast_to(np.arange(6), (2, 6))
+  cache = networks.init_cache(TINY, 2, 16)
+  # NaN in slots 8 and up, which no query below position 8 sees, but which a read of them shows:
+  # a value times its zero probability is still NaN.
+  cache = cache.replace(k=tuple(k.at[..., 8:].set(np.nan) for k in cache.k),
+                        v=tuple(v.at[:, :, 8:].set(np.nan) for v in cache.v))
+  apply = jax.jit(functools.partial(model.apply, method=model.hidden_states))
+  clean, _ = apply(params, tokens, positions, networks.init_cache(TINY, 2, 16))
+  windowed, windowed_cache = apply(params, tokens, positions, cache.replace(attended_slots=8))
+  whole, _ = apply(params, tokens, positions, cache)
+  np.testing.assert_allclose(windowed, clean, atol=1e-6)
+  assert np.isnan(whole).all()  # without the window the NaN slots are read
+  # Writes are not limited: the window only bounds the reads.
+  assert np.isnan(windowed_cache.v[0][:, :, 8:]).all()
+  assert windowed_cache.v[0][:, :, :6].all()
