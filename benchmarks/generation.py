@@ -1,7 +1,7 @@
 """Generated tokens/s: rlagents `generate_segment` against transformers `generate` (PyTorch CPU).
 
 Run: `python benchmarks/generation.py --shape=tiny --json=/tmp/generation.json`
-(flags: --shape tiny|larger, --batches 1,8,64, --repeats 3, --threads 2).
+(flags: --shape tiny|larger, --batches 1,8,64, --repeats 3, --threads 2, --buffer_len 96).
 
 Both sides run the same random Qwen2-style model: it is built in transformers, saved, and loaded
 into rlagents with `rlagents.hf.load_pretrained`. The work is the BENCH.md setting: prompts of 32
@@ -10,7 +10,9 @@ random tokens, exactly 64 new tokens per row (no stop token here; EOS disabled t
 sides. The sides run one after the other; PyTorch gets `--threads` threads. rlagents' first call
 per batch size (the compile) is timed separately; each side gets one warm-up call, then
 `--repeats` timed calls; the median, min and max are reported, and ratio = ours / transformers in
-tokens/s (above 1: rlagents is faster).
+tokens/s (above 1: rlagents is faster). rlagents generates into a buffer of `--buffer_len` slots
+(by default exactly prompt + new tokens); transformers' cache grows with the tokens, so a longer
+buffer shows what a buffer sized for longer episodes costs us.
 
 Each batch also prints a ceiling: the tokens/s of a generation that does nothing but the model's
 matrix multiplies (every layer's projections and the LM head over the prompt, then one token per
@@ -50,8 +52,9 @@ SHAPES = {
 }
 PROMPT_LEN = 32
 NEW_TOKENS = 64
-
-
+_BUFFER_LEN = flags.DEFINE_integer(
+    "buffer_len", PROMPT_LEN + NEW_TOKENS,
+    "Slots of rlagents' token buffer and KV cache (transformers' cache grows with the tokens).")
 
 
 def _summary(seconds: list[float], tokens: int) -> dict:
@@ -62,7 +65,7 @@ def _summary(seconds: list[float], tokens: int) -> dict:
 
 def _time_ours(loaded, batch: int, repeats: int) -> tuple[float, list[float]]:
   model = networks.Transformer(loaded.config)
-  buffer_len = PROMPT_LEN + NEW_TOKENS
+  buffer_len = _BUFFER_LEN.value
   rng = np.random.default_rng(batch)
 
   def call(seed):
@@ -149,10 +152,14 @@ def _time_transformers(torch_model, batch: int, repeats: int, vocab_size: int) -
 
 def main(argv):
   del argv
+  if _BUFFER_LEN.value < PROMPT_LEN + NEW_TOKENS:
+    raise app.UsageError(f"--buffer_len must hold the prompt and the new tokens "
+                         f"({PROMPT_LEN + NEW_TOKENS}), got {_BUFFER_LEN.value}.")
   torch.set_num_threads(_THREADS.value)
   torch.manual_seed(0)
   hf_config = transformers.Qwen2Config(
-      **SHAPES[_SHAPE.value], max_position_embeddings=PROMPT_LEN + NEW_TOKENS,
+      **SHAPES[_SHAPE.value],
+      max_position_embeddings=max(_BUFFER_LEN.value, PROMPT_LEN + NEW_TOKENS),
       tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=0)
   torch_model = transformers.AutoModelForCausalLM.from_config(hf_config).eval()
   n_params = sum(p.numel() for p in torch_model.parameters())
@@ -184,7 +191,8 @@ def main(argv):
 
   report = {
       "benchmark": "generation", "shape": _SHAPE.value, "parameters": n_params,
-      "prompt_len": PROMPT_LEN, "new_tokens": NEW_TOKENS, "repeats": _REPEATS.value,
+      "prompt_len": PROMPT_LEN, "new_tokens": NEW_TOKENS, "buffer_len": _BUFFER_LEN.value,
+      "repeats": _REPEATS.value,
       "torch_threads": _THREADS.value, "cpu": cpu_model(),
       "versions": {"jax": jax.__version__, "torch": torch.__version__,
                    "transformers": transformers.__version__},
