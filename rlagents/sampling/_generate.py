@@ -255,26 +255,22 @@ def _prefill(params, tokens, lengths, *, model):
     last_hidden = jnp.where(in_block[:, None], picked[:, 0], last_hidden)
     return start + block, last_hidden, cache
 
-  def fits(start, block, window):  # the block's queries see only slots below the window
-    return True if window == buffer_len else start + block <= window
+  def keep_going(carry, block, window, last):
+    start = carry[0]
+    # Whole blocks within the longest prefix; the last (shortest) length finishes it.
+    more = start < needed if last else start + block <= needed
+    if window == buffer_len:
+      return more
+    return more & (start + block <= window)  # its queries see only slots below the window
 
   carry = (jnp.zeros((), jnp.int32), last_hidden, cache)
-  windows = _attention_windows(buffer_len)
-  for block in block_lens[:-1]:  # whole blocks within the longest prefix
-    for window in windows:
-      if block > window:  # never fits
-        continue
-      carry = jax.lax.while_loop(
-          lambda carry, block=block, window=window: (
-              (carry[0] + block <= needed) & fits(carry[0], block, window)),
-          functools.partial(prefill_block, block=block, window=window), carry)
-  block = block_lens[-1]
-  for window in windows:
-    if block > window:
-      continue
-    carry = jax.lax.while_loop(
-        lambda carry, window=window: (carry[0] < needed) & fits(carry[0], block, window),
-        functools.partial(prefill_block, block=block, window=window), carry)
+  for block in block_lens:
+    for window in _attention_windows(buffer_len):
+      if block <= window:  # a longer block never fits
+        carry = jax.lax.while_loop(
+            functools.partial(keep_going, block=block, window=window,
+                              last=block == block_lens[-1]),
+            functools.partial(prefill_block, block=block, window=window), carry)
   _, last_hidden, cache = carry
   return last_hidden, cache
 
