@@ -158,8 +158,7 @@ def main(argv):
   torch.set_num_threads(_THREADS.value)
   torch.manual_seed(0)
   hf_config = transformers.Qwen2Config(
-      **SHAPES[_SHAPE.value],
-      max_position_embeddings=max(_BUFFER_LEN.value, PROMPT_LEN + NEW_TOKENS),
+      **SHAPES[_SHAPE.value], max_position_embeddings=_BUFFER_LEN.value,
       tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=0)
   torch_model = transformers.AutoModelForCausalLM.from_config(hf_config).eval()
   n_params = sum(p.numel() for p in torch_model.parameters())
