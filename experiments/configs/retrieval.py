@@ -11,7 +11,8 @@ penalises padding, copying a passage that does not answer, and repeated searches
 (`rewards.retrieval_reward_terms`). The report counts each detector's flags on every split.
 
 Measured (seed 0, 2-core CPU shared with another run, 29.5 minutes): held-out success expert 0.676,
-SFT 0.148, GRPO 0.533; the curve was still rising at the last of the 200 GRPO steps (README).
+SFT 0.148, GRPO 0.533; the curve was still rising at the last of the 200 GRPO steps
+(docs/main_job.md).
 
 Variants, picked after the colon:
 
