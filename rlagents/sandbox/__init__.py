@@ -1,5 +1,9 @@
-"""Isolated execution of untrusted code: a limited subprocess, no network, pinned files."""
+"""Isolated execution of untrusted code: kernel namespaces (pid, mount, net), the unprivileged
+user, limits, pinned files, and a test verdict the code under test cannot forge."""
 
+from rlagents.sandbox._sandbox import ISOLATION_MODES
+from rlagents.sandbox._sandbox import isolation_mode
+from rlagents.sandbox._sandbox import kernel_isolation_problem
 from rlagents.sandbox._sandbox import network_namespace_available
 from rlagents.sandbox._sandbox import run_python
 from rlagents.sandbox._sandbox import SandboxLimits
@@ -10,11 +14,14 @@ from rlagents.sandbox._sandbox import VIOLATIONS
 from rlagents.sandbox._sandbox import Violation
 
 __all__ = [
+    "ISOLATION_MODES",
     "SandboxLimits",
     "SandboxResult",
     "SandboxUnavailable",
     "VIOLATIONS",
     "Violation",
+    "isolation_mode",
+    "kernel_isolation_problem",
     "network_namespace_available",
     "run_python",
     "sha256_of",

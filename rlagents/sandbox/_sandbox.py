@@ -1,27 +1,40 @@
-"""Runs untrusted Python in a separate, limited process (host code, Linux).
+"""Runs untrusted Python in a separate, isolated, limited process (host code, Linux).
 
-What is enforced, and how:
+Two modes (`SandboxLimits.isolation`); `SandboxResult.isolation` says which one ran.
 
-* CPU time, address space, processes, open files and output size: kernel resource limits
-  (`setrlimit`) set in the child before it starts. The process limit counts per user, so a run
-  started as root drops to an unprivileged user (`nobody`) for it to apply.
-* Wall-clock timeout: the child leads its own process group (`setsid`); on timeout the whole
-  group is killed.
-* Private temporary directory: the code runs in a fresh directory that is deleted afterwards; an
-  audit hook in the child refuses opens outside it (reads of the interpreter's own files
-  excepted) and every write outside it. As the unprivileged user the rest of the machine is also
-  protected by file permissions.
-* No network: a fresh network namespace (`unshare -n`, only a loopback that is down) when the OS
-  allows it, and the audit hook refuses every socket.
-* Pinned files (tests): written read-only, owned by root in a directory the child cannot write,
-  and hashed before and after the run; any change is a violation.
+"kernel" (the default) puts every run in its own namespaces, built by `unshare` and a small setup
+script (`_init.py`) that stays as the run's process 1:
+
+* pid namespace: the run sees only its own processes, and every process it starts (in a new
+  session, double-forked, whatever) is killed when the run ends, by the kernel.
+* mount namespace: a fresh root holding read-only views of what the interpreter needs (its
+  prefixes and `/usr`), four device nodes, a fresh `/proc` and the run's private directory, the
+  only writable place; the host's tree is detached (`pivot_root`), so no file outside the
+  directory can be opened by any interface (child shells and native code included). Pinned
+  files are read-only bind mounts: the kernel refuses writes, renames and removals.
+* network namespace: only a loopback that is down.
+* the unprivileged user (`nobody`), groups cleared, `PR_SET_NO_NEW_PRIVS`.
+* kernel resource limits (`setrlimit`) on CPU time, address space, processes, open files and
+  output size, and, where this machine lets it create cgroups, a memory and pids cgroup per run
+  (`isolation` then reads "kernel+cgroup").
+* wall clock: process 1 kills the whole namespace at `wall_seconds`.
+
+Where one of these cannot be applied the run raises `SandboxUnavailable` naming it; a user who
+accepts less asks for "hook": the audit hook, rlimits, the unprivileged user and (where allowed)
+the network namespace only, with no mount or pid namespace, so the child can see the host's
+world-readable files through interfaces the hook does not watch and leave processes behind.
+
+In both modes an audit hook in the child refuses, and reports, sockets, new processes, native code
+and file access outside the directory: an early, friendly refusal with a clear violation, not the
+wall. Pinned files (tests) are hashed before and after the run; any change is a violation.
 
 Each refusal or exceeded limit is a `Violation` in the result, so the caller can zero a reward
-and flag the episode. A limit that cannot be applied here raises `SandboxUnavailable`, naming it.
+and flag the episode.
 """
 
 import dataclasses
 import hashlib
+import json
 import os
 import pwd
 import resource
@@ -33,7 +46,14 @@ import tempfile
 import time
 from typing import Mapping
 
-_BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap.py")
+_HERE = os.path.dirname(os.path.realpath(__file__))
+_BOOTSTRAP = os.path.join(_HERE, "_bootstrap.py")
+_INIT = os.path.join(_HERE, "_init.py")
+ISOLATION_MODES = ("kernel", "hook")
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
+_ROOT_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# Seconds the host waits past the wall clock for process 1 to end the run itself.
+_HOST_GRACE_SECONDS = 5.0
 _PINNED_DIR_MODE = 0o755
 _RLIMITS = {
     "cpu_seconds": "RLIMIT_CPU",
@@ -64,7 +84,12 @@ class SandboxLimits:
     network_namespace: "require" (fail if `unshare -n` is unavailable), "auto" (use it when
       available) or "off". Sockets are refused by the audit hook in every case.
     drop_to_user: unprivileged user to run as when started as root ("" to stay root, which
-      leaves the process limit unenforced by the kernel).
+      leaves the process limit unenforced by the kernel; only with isolation="hook").
+    isolation: "kernel" (pid, mount and network namespaces, the unprivileged user; raises
+      `SandboxUnavailable` where this machine cannot apply them) or "hook" (the weaker mode: an
+      audit hook and limits only; see the module docstring for what it does not stop).
+    cgroup: "auto" (a memory and pids cgroup per run where this machine allows it), "require"
+      (`SandboxUnavailable` where it does not) or "off". Only with isolation="kernel".
   """
   cpu_seconds: float = 2.0
   wall_seconds: float = 5.0
@@ -74,6 +99,8 @@ class SandboxLimits:
   max_output_bytes: int = 64 * 2**10
   network_namespace: str = "auto"
   drop_to_user: str = "nobody"
+  isolation: str = "kernel"
+  cgroup: str = "auto"
 
   def __post_init__(self):
     for name in ("cpu_seconds", "wall_seconds", "memory_bytes", "max_processes",
@@ -86,6 +113,21 @@ class SandboxLimits:
     if self.network_namespace not in ("require", "auto", "off"):
       raise ValueError(f"SandboxLimits.network_namespace must be 'require', 'auto' or 'off', "
                        f"got {self.network_namespace!r}")
+    if self.isolation not in ISOLATION_MODES:
+      raise ValueError(f"SandboxLimits.isolation must be one of {ISOLATION_MODES}, got "
+                       f"{self.isolation!r}")
+    if self.cgroup not in ("require", "auto", "off"):
+      raise ValueError(f"SandboxLimits.cgroup must be 'require', 'auto' or 'off', got "
+                       f"{self.cgroup!r}")
+    if self.isolation == "kernel":
+      if self.network_namespace == "off":
+        raise ValueError("SandboxLimits.network_namespace='off' needs isolation='hook' (the "
+                         "kernel mode always gives a run its own network namespace)")
+      if not self.drop_to_user:
+        raise ValueError("SandboxLimits.drop_to_user='' needs isolation='hook' (the kernel mode "
+                         "always runs the code as an unprivileged user)")
+    elif self.cgroup == "require":
+      raise ValueError("SandboxLimits.cgroup='require' needs isolation='kernel'")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +148,7 @@ class SandboxResult:
     files: the files the code left in its directory (name -> bytes), pinned ones excluded.
     wall_seconds: how long it ran.
     network_isolated: whether it ran in its own network namespace.
+    isolation: the mode that ran: "kernel", "kernel+cgroup" or "hook" (`isolation_mode`).
   """
   returncode: int
   stdout: str
@@ -114,6 +157,7 @@ class SandboxResult:
   files: Mapping[str, bytes]
   wall_seconds: float
   network_isolated: bool
+  isolation: str = "hook"
 
   @property
   def ok(self) -> bool:
@@ -184,6 +228,150 @@ def _safe_name(name: str) -> str:
   return normal
 
 
+_KERNEL_PROBLEM: list[str | None] = []
+
+
+def kernel_isolation_problem() -> str | None:
+  """Why the "kernel" mode cannot run here (None when it can); probed once.
+
+  It needs Linux, root (to make the pid and mount namespaces and drop to the unprivileged
+  user), util-linux `unshare`, and a trial namespace that really starts.
+  """
+  if not _KERNEL_PROBLEM:
+    _KERNEL_PROBLEM.append(_probe_kernel())
+  return _KERNEL_PROBLEM[0]
+
+
+def _probe_kernel() -> str | None:
+  if not sys.platform.startswith("linux"):
+    return f"Linux namespaces, which {sys.platform} lacks"
+  if os.geteuid() != 0:
+    return ("root, to create pid and mount namespaces and drop to the unprivileged user "
+            "(this process runs as uid {})".format(os.geteuid()))
+  unshare = shutil.which("unshare")
+  if unshare is None:
+    return "util-linux `unshare`, which this OS lacks"
+  try:
+    probe = subprocess.run([unshare, "--pid", "--mount", "--net", "--fork", "--kill-child",
+                            "--", "true"], capture_output=True, timeout=10)
+  except (OSError, subprocess.TimeoutExpired) as e:
+    return f"`unshare --pid --mount --net`, which failed here ({e})"
+  if probe.returncode != 0:
+    return ("`unshare --pid --mount --net`, which this OS refused: "
+            + probe.stderr.decode(errors="replace").strip())
+  return None
+
+
+def _cgroup_roots() -> dict[str, str] | None:
+  """Where to make per-run cgroups: {"v2": dir} or {"memory": dir, "pids": dir}, or None."""
+  unified = "/sys/fs/cgroup"
+  controllers = os.path.join(unified, "cgroup.controllers")
+  if os.path.exists(controllers):
+    with open(controllers) as f:
+      available = f.read().split()
+    if {"memory", "pids"} <= set(available) and os.access(unified, os.W_OK):
+      return {"v2": unified}
+    return None
+  roots = {name: os.path.join(unified, name) for name in ("memory", "pids")}
+  if all(os.path.isdir(d) and os.access(d, os.W_OK) for d in roots.values()):
+    return roots
+  return None
+
+
+def _write_text(path: str, text: str) -> None:
+  with open(path, "w") as f:
+    f.write(text)
+
+
+def _make_cgroups(limits: SandboxLimits) -> list[str]:
+  """Makes this run's cgroups with its memory and process limits; returns their directories
+  (empty where this machine does not allow them and `limits.cgroup` is not "require")."""
+  if limits.cgroup == "off" or limits.isolation != "kernel":
+    return []
+  roots = _cgroup_roots()
+  made = []
+  try:
+    if roots is None:
+      raise OSError("no writable cgroup hierarchy with the memory and pids controllers")
+    name = "rlagents_sandbox_" + os.urandom(8).hex()
+    if "v2" in roots:
+      directory = os.path.join(roots["v2"], name)
+      os.mkdir(directory)
+      made.append(directory)
+      _write_text(os.path.join(directory, "memory.max"), str(int(limits.memory_bytes)))
+      _write_text(os.path.join(directory, "memory.swap.max"), "0")
+      _write_text(os.path.join(directory, "pids.max"), str(int(limits.max_processes) + 1))
+    else:
+      memory = os.path.join(roots["memory"], name)
+      os.mkdir(memory)
+      made.append(memory)
+      _write_text(os.path.join(memory, "memory.limit_in_bytes"), str(int(limits.memory_bytes)))
+      pids = os.path.join(roots["pids"], name)
+      os.mkdir(pids)
+      made.append(pids)
+      # Process 1 of the run is in it too.
+      _write_text(os.path.join(pids, "pids.max"), str(int(limits.max_processes) + 1))
+  except OSError as e:
+    _remove_cgroups(made)
+    if limits.cgroup == "require":
+      raise SandboxUnavailable(f"SandboxLimits.cgroup='require' but no cgroup could be made "
+                               f"here: {e}") from e
+    return []
+  return made
+
+
+def _cgroup_ran_out_of_memory(directories: list[str]) -> bool:
+  for directory in directories:
+    for name, key in (("memory.events", "oom_kill"), ("memory.failcnt", None)):
+      path = os.path.join(directory, name)
+      if not os.path.exists(path):
+        continue
+      with open(path) as f:
+        text = f.read()
+      if key is None and int(text.strip() or 0) > 0:
+        return True
+      if key is not None and any(line.split()[:1] == [key] and int(line.split()[1]) > 0
+                                 for line in text.splitlines()):
+        return True
+  return False
+
+
+def _remove_cgroups(directories: list[str]) -> None:
+  for directory in directories:
+    for _ in range(50):
+      try:
+        os.rmdir(directory)
+        break
+      except FileNotFoundError:
+        break
+      except OSError:
+        time.sleep(0.01)  # The last processes of the run are still being freed.
+
+
+def isolation_mode(limits: SandboxLimits = SandboxLimits()) -> str:
+  """The mode a run with `limits` gets here: "kernel+cgroup", "kernel" or "hook".
+
+  Raises:
+    SandboxUnavailable: "kernel" was asked for and cannot run here (naming what is missing).
+  """
+  if limits.isolation == "hook":
+    return "hook"
+  _require_kernel()
+  if limits.cgroup == "off":
+    return "kernel"
+  directories = _make_cgroups(limits)
+  _remove_cgroups(directories)
+  return "kernel+cgroup" if directories else "kernel"
+
+
+def _require_kernel() -> None:
+  problem = kernel_isolation_problem()
+  if problem is not None:
+    raise SandboxUnavailable(f"SandboxLimits.isolation='kernel' needs {problem}; pass "
+                             "isolation='hook' to accept the weaker mode (audit hook and limits "
+                             "only)")
+
+
 def run_python(code: str, *, files: Mapping[str, str | bytes] | None = None,
                pinned: Mapping[str, str | bytes] | None = None,
                limits: SandboxLimits = SandboxLimits(), stdin: str = "") -> SandboxResult:
@@ -192,8 +380,8 @@ def run_python(code: str, *, files: Mapping[str, str | bytes] | None = None,
   Args:
     code: the Python source to run.
     files: extra files the code may read and change (relative name -> content).
-    pinned: files the code must not change (tests): checked by sha256 after the run.
-    limits: the limits of the run.
+    pinned: files the code must not change (tests): read-only, checked by sha256 after the run.
+    limits: the limits and isolation mode of the run.
     stdin: text fed to the child's standard input.
 
   Raises:
@@ -201,8 +389,11 @@ def run_python(code: str, *, files: Mapping[str, str | bytes] | None = None,
     ValueError: a file name that leaves the sandbox directory.
   """
   rlimits = _rlimit_values(limits)
+  if limits.isolation == "kernel":
+    _require_kernel()
   uid = _user_id(limits)
-  use_netns = limits.network_namespace != "off" and network_namespace_available()
+  use_netns = limits.isolation == "kernel" or (
+      limits.network_namespace != "off" and network_namespace_available())
   if limits.network_namespace == "require" and not use_netns:
     raise SandboxUnavailable("SandboxLimits.network_namespace='require' but `unshare -n` is "
                              "not permitted on this OS")
@@ -233,6 +424,24 @@ def _write(path: str, data: bytes, mode: int) -> None:
   os.chmod(path, mode)
 
 
+def _read_only_view() -> tuple[list[str], dict[str, str]]:
+  """(directories and files bound read-only into a kernel-mode run, root symlinks to copy)."""
+  wanted = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                          sys.base_exec_prefix, os.path.dirname(sys.executable))}
+  wanted |= {"/usr", os.path.realpath(_BOOTSTRAP)}
+  links = {}
+  for name in _ROOT_LINKS:
+    if os.path.islink(name):
+      links[name] = os.readlink(name)
+    elif os.path.isdir(name):
+      wanted.add(name)
+  ordered = sorted(wanted)
+  # A path inside another one is already in view.
+  kept = [p for p in ordered
+          if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in ordered)]
+  return kept, links
+
+
 def _run_in(root, code, files, pinned_bytes, digests, limits, rlimits, uid, use_netns, stdin):
   work = os.path.join(root, "work")
   os.mkdir(work)
@@ -258,33 +467,20 @@ def _run_in(root, code, files, pinned_bytes, digests, limits, rlimits, uid, use_
   stdout_path, stderr_path = os.path.join(root, "stdout"), os.path.join(root, "stderr")
   report_read, report_write = os.pipe()
   os.set_blocking(report_read, False)
-
-  def preexec():
-    os.setsid()
-    for number, soft, hard in rlimits:
-      resource.setrlimit(number, (soft, hard))
-
-  argv = [sys.executable, "-I", "-B", _BOOTSTRAP, work, str(report_write), "main.py"]
-  if uid >= 0:
-    argv = [shutil.which("setpriv"), f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-            "--"] + argv
-  if use_netns:
-    argv = [shutil.which("unshare"), "-n", "--"] + argv
   env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
          "HOME": work, "TMPDIR": work, "SANDBOX_PINNED": "\0".join(pinned_bytes)}
-  start = time.monotonic()
+  child_argv = [sys.executable, "-I", "-B", os.path.realpath(_BOOTSTRAP), work,
+                str(report_write), "main.py"]
   violations = []
   with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, env=env,
-                               cwd=work, preexec_fn=preexec, pass_fds=(report_write,))
-    os.close(report_write)
-    try:
-      process.communicate(stdin.encode(), timeout=limits.wall_seconds)
-    except subprocess.TimeoutExpired:
-      violations.append(Violation("timeout", f"over {limits.wall_seconds} s wall clock"))
-    finally:
-      _kill_group(process)
-  wall = time.monotonic() - start
+    if limits.isolation == "kernel":
+      code_, wall, isolation, out_of_memory = _launch_kernel(
+          root, work, child_argv, env, pinned_bytes, limits, rlimits, uid, report_write,
+          stdin, out, err, violations)
+    else:
+      code_, wall = _launch_hook(child_argv, env, work, limits, rlimits, uid, use_netns,
+                                 report_write, stdin, out, err, violations)
+      isolation, out_of_memory = "hook", False
   reports = _read_all(report_read)
   os.close(report_read)
   def scrub(text: str) -> str:
@@ -296,15 +492,16 @@ def _run_in(root, code, files, pinned_bytes, digests, limits, rlimits, uid, use_
     violations.append(Violation(kind if kind in VIOLATIONS else "report_channel", scrub(detail)))
   stdout, stderr = (scrub(_read_capped(p, limits.max_output_bytes))
                     for p in (stdout_path, stderr_path))
-  code_ = process.returncode
   if code_ in (97, 98):
     violations.append(Violation("report_channel", "child closed or flooded its report channel"))
-  if code_ in (-signal.SIGXCPU, -signal.SIGKILL) and not any(
+  if out_of_memory:
+    violations.append(Violation("memory", f"over {limits.memory_bytes} bytes of memory (cgroup)"))
+  elif code_ in (-signal.SIGXCPU, -signal.SIGKILL) and not any(
       v.kind == "timeout" for v in violations):
     violations.append(Violation("cpu", f"over {limits.cpu_seconds} s CPU time"))
   # A write past RLIMIT_FSIZE fails with EFBIG ("File too large"), or kills with SIGXFSZ.
-  if code_ == -signal.SIGXFSZ or "[Errno 27]" in stderr or any(os.path.getsize(p) >= limits.max_output_bytes
-                                     for p in (stdout_path, stderr_path)):
+  if code_ == -signal.SIGXFSZ or "[Errno 27]" in stderr or any(
+      os.path.getsize(p) >= limits.max_output_bytes for p in (stdout_path, stderr_path)):
     violations.append(Violation("output", f"over {limits.max_output_bytes} bytes of output"))
   if "MemoryError" in stderr:
     violations.append(Violation("memory", f"over {limits.memory_bytes} bytes of memory"))
@@ -328,7 +525,92 @@ def _run_in(root, code, files, pinned_bytes, digests, limits, rlimits, uid, use_
         files_left[relative] = _read_capped(path, limits.max_output_bytes).encode()
   return SandboxResult(returncode=code_, stdout=stdout, stderr=stderr,
                        violations=tuple(dict.fromkeys(violations)), files=files_left,
-                       wall_seconds=wall, network_isolated=use_netns)
+                       wall_seconds=wall, network_isolated=use_netns, isolation=isolation)
+
+
+def _launch_hook(child_argv, env, work, limits, rlimits, uid, use_netns, report_write, stdin,
+                 out, err, violations):
+  """The weaker mode: the child in its own process group, limits set before it starts."""
+
+  def preexec():
+    os.setsid()
+    for number, soft, hard in rlimits:
+      resource.setrlimit(number, (soft, hard))
+
+  argv = child_argv
+  if uid >= 0:
+    argv = [shutil.which("setpriv"), f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+            "--"] + argv
+  if use_netns:
+    argv = [shutil.which("unshare"), "-n", "--"] + argv
+  start = time.monotonic()
+  process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, env=env,
+                             cwd=work, preexec_fn=preexec, pass_fds=(report_write,))
+  os.close(report_write)
+  try:
+    process.communicate(stdin.encode(), timeout=limits.wall_seconds)
+  except subprocess.TimeoutExpired:
+    violations.append(Violation("timeout", f"over {limits.wall_seconds} s wall clock"))
+  finally:
+    _kill_group(process)
+  return process.returncode, time.monotonic() - start
+
+
+def _launch_kernel(root, work, child_argv, env, pinned_bytes, limits, rlimits, uid,
+                   report_write, stdin, out, err, violations):
+  """The kernel mode: `unshare` makes the namespaces, `_init.py` is their process 1."""
+  new_root = os.path.join(root, "root")
+  os.mkdir(new_root, 0o755)
+  read_only, links = _read_only_view()
+  cgroups = _make_cgroups(limits)
+  status_read, status_write = os.pipe()
+  spec = {
+      "new_root": new_root, "work": work, "read_only": read_only, "symlinks": links,
+      "devices": [d for d in _DEVICES if os.path.exists(d)],
+      "pinned": [os.path.join(work, n) for n in pinned_bytes],
+      "argv": child_argv, "env": env, "rlimits": rlimits, "uid": uid,
+      "gid": pwd.getpwuid(uid).pw_gid, "wall_seconds": float(limits.wall_seconds),
+      "status_fd": status_write, "cgroup_procs": [os.path.join(d, "cgroup.procs")
+                                                  for d in cgroups]}
+  argv = [shutil.which("unshare"), "--pid", "--mount", "--net", "--fork", "--kill-child", "--",
+          sys.executable, "-I", "-S", "-B", _INIT, json.dumps(spec)]
+  start = time.monotonic()
+  try:
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err,
+                               env={"PATH": env["PATH"], "LANG": env["LANG"]},
+                               cwd=root, start_new_session=True,
+                               pass_fds=(report_write, status_write))
+    os.close(report_write)
+    os.close(status_write)
+    host_timeout = False
+    try:
+      process.communicate(stdin.encode(), timeout=limits.wall_seconds + _HOST_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+      host_timeout = True  # Process 1 did not end the run itself: end it from here.
+    finally:
+      _kill_group(process)
+    wall = time.monotonic() - start
+    with os.fdopen(status_read, "rb") as f:
+      status = f.read().decode(errors="replace").strip()
+    out_of_memory = _cgroup_ran_out_of_memory(cgroups)
+  finally:
+    _remove_cgroups(cgroups)
+  kind, _, value = status.partition(" ")
+  if kind == "timeout" or host_timeout:
+    violations.append(Violation("timeout", f"over {limits.wall_seconds} s wall clock"))
+    code_ = -signal.SIGKILL
+  elif kind == "exit":
+    code_ = int(value)
+  elif kind == "signal":
+    code_ = -int(value)
+  elif kind == "error":
+    raise SandboxUnavailable(f"the kernel sandbox could not be set up here: {value}")
+  else:
+    err.flush()
+    raise SandboxUnavailable(f"the kernel sandbox ended without a status (unshare exit "
+                             f"{process.returncode}): "
+                             + _read_capped(err.name, 2000).strip()[-500:])
+  return code_, wall, "kernel+cgroup" if cgroups else "kernel", out_of_memory
 
 
 def _kill_group(process: subprocess.Popen) -> None:

@@ -1,0 +1,180 @@
+"""The first process of a sandbox's namespaces (standard library only; runs as root).
+
+    unshare --pid --mount --net --fork --kill-child -- python -I -S _init.py SPEC_JSON
+
+`unshare` has made fresh pid, mount and network namespaces; this script is process 1 of the
+pid namespace. It builds the run's filesystem and then stays as the namespace's init:
+
+1. A private tmpfs becomes the new root. Into it go read-only bind mounts of what the
+   interpreter needs (its prefixes, `/usr`, the bootstrap file), the host's `/bin`, `/lib`, ...
+   symlinks, four device nodes (`null`, `zero`, `random`, `urandom`), a fresh `/proc` of the new
+   pid namespace (other users' processes hidden), and the run directory, the only writable place.
+   Each pinned file is bind-mounted read-only onto itself, so the kernel refuses writes, renames
+   and removals of it. `pivot_root` then detaches the host's root: nothing else of the host is
+   reachable from the namespace, by any interface.
+2. It joins the run's cgroups (memory, pids) when the host made them, and forks the child,
+   which sets the resource limits, drops to the unprivileged user (groups cleared, `PR_SET_NO_NEW_PRIVS`, so no set-uid program
+   or file capability can raise it again) and executes the bootstrap.
+3. It reaps every process of the namespace until the child exits or the wall clock runs out, then
+   kills whatever is left (double-forked or new-session processes included: they are all in this
+   pid namespace, and the kernel kills them all when process 1 exits) and writes the child's
+   status on its status channel, which the child never holds.
+
+Any failure to set up is written on the status channel as `error <what>` and ends the run before
+the child starts; the host raises `SandboxUnavailable` with it.
+"""
+
+import ctypes
+import json
+import os
+import platform
+import resource
+import signal
+import sys
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
+PR_SET_NO_NEW_PRIVS = 38
+# pivot_root has no libc wrapper; its number per architecture (chroot where unknown).
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+class _Timeout(Exception):
+  pass
+
+
+def _check(result, what):
+  if result != 0:
+    errno = ctypes.get_errno()
+    raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _mount(source, target, fstype, flags, data=None):
+  _check(_LIBC.mount(source and source.encode(), target.encode(), fstype and fstype.encode(),
+                     ctypes.c_ulong(flags), data and data.encode()),
+         f"mount {source or ''} on {target}")
+
+
+def _bind(source, target, *, read_only, extra=MS_NOSUID | MS_NODEV):
+  if os.path.isdir(source):
+    os.makedirs(target, mode=0o755, exist_ok=True)
+  else:
+    os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+    if not os.path.exists(target):
+      os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o444))
+  _mount(source, target, None, MS_BIND | MS_REC)
+  _mount(None, target, None, MS_REMOUNT | MS_BIND | extra | (MS_RDONLY if read_only else 0))
+
+
+def _build_root(spec):
+  new = spec["new_root"]
+  _mount(None, "/", None, MS_REC | MS_PRIVATE)
+  _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+  for path in spec["read_only"]:
+    _bind(path, new + path, read_only=True)
+  for name, target in spec["symlinks"].items():
+    os.symlink(target, new + name)
+  for device in spec["devices"]:
+    _bind(device, new + device, read_only=False, extra=MS_NOSUID | MS_NOEXEC)
+  work = spec["work"]
+  _bind(work, new + work, read_only=False)
+  for path in spec["pinned"]:
+    _bind(path, new + path, read_only=True)
+  os.makedirs(new + "/proc", mode=0o555)
+  _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
+  os.chdir(new)
+  number = SYS_PIVOT_ROOT.get(platform.machine())
+  if number is not None:
+    # The old root is stacked under the new one, then detached: the host's tree is gone.
+    _check(_LIBC.syscall(ctypes.c_long(number), b".", b"."), "pivot_root")
+    _check(_LIBC.umount2(b".", MNT_DETACH), "detach the host's root")
+  else:
+    os.chroot(".")
+  os.chdir("/")
+  _mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _start_child(spec, status_fd):
+  pid = os.fork()
+  if pid:
+    return pid
+  try:
+    os.close(status_fd)
+    os.chdir(spec["work"])
+    for number, soft, hard in spec["rlimits"]:
+      resource.setrlimit(number, (soft, hard))
+    uid, gid = spec["uid"], spec["gid"]
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    _check(_LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if os.getuid() != uid or os.geteuid() != uid:
+      os._exit(125)
+    os.execve(spec["argv"][0], spec["argv"], spec["env"])
+  except BaseException as e:  # pylint: disable=broad-except
+    os.write(2, f"sandbox init: {e}\n".encode())
+  os._exit(126)
+
+
+def _supervise(child, wall_seconds):
+  """Reaps until `child` exits; returns its status line (or `timeout`)."""
+
+  def alarm(signum, frame):
+    del signum, frame
+    raise _Timeout()
+
+  signal.signal(signal.SIGALRM, alarm)
+  signal.setitimer(signal.ITIMER_REAL, wall_seconds)
+  try:
+    while True:
+      pid, status = os.wait()
+      if pid == child:
+        break
+  except _Timeout:
+    return "timeout"
+  finally:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+  if os.WIFSIGNALED(status):
+    return f"signal {os.WTERMSIG(status)}"
+  return f"exit {os.WEXITSTATUS(status)}"
+
+
+def _kill_all():
+  """Kills every other process of the namespace and reaps them."""
+  try:
+    os.kill(-1, signal.SIGKILL)
+  except ProcessLookupError:
+    pass
+  while True:
+    try:
+      os.wait()
+    except ChildProcessError:
+      return
+
+
+def _main():
+  spec = json.loads(sys.argv[1])
+  status_fd = spec["status_fd"]
+  os.set_inheritable(status_fd, False)
+  try:
+    if os.getpid() != 1:
+      raise OSError("the pid namespace is not in effect (this is not process 1)")
+    os.umask(0o022)
+    for path in spec["cgroup_procs"]:
+      # Process 1 joins the run's cgroups; everything it starts is counted there too.
+      with open(path, "w") as f:
+        f.write("0")
+    _build_root(spec)
+    child = _start_child(spec, status_fd)
+  except OSError as e:
+    os.write(status_fd, f"error {e}\n".encode())
+    os._exit(1)
+  line = _supervise(child, spec["wall_seconds"])
+  _kill_all()
+  os.write(status_fd, (line + "\n").encode())
+  os._exit(0)
+
+
+_main()
