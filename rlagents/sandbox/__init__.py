@@ -12,17 +12,23 @@ from rlagents.sandbox._sandbox import SandboxUnavailable
 from rlagents.sandbox._sandbox import sha256_of
 from rlagents.sandbox._sandbox import VIOLATIONS
 from rlagents.sandbox._sandbox import Violation
+from rlagents.sandbox._verdict import run_tests
+from rlagents.sandbox._verdict import split_pinned_test
+from rlagents.sandbox._verdict import TestVerdict
 
 __all__ = [
     "ISOLATION_MODES",
     "SandboxLimits",
     "SandboxResult",
     "SandboxUnavailable",
+    "TestVerdict",
     "VIOLATIONS",
     "Violation",
     "isolation_mode",
     "kernel_isolation_problem",
     "network_namespace_available",
     "run_python",
+    "run_tests",
     "sha256_of",
+    "split_pinned_test",
 ]

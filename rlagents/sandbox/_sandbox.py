@@ -63,7 +63,7 @@ _RLIMITS = {
     "max_output_bytes": "RLIMIT_FSIZE",
 }
 VIOLATIONS = ("timeout", "cpu", "memory", "output", "network", "filesystem", "process",
-              "native", "pinned_file", "report_channel")
+              "native", "pinned_file", "report_channel", "forged_verdict")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -149,6 +149,7 @@ class SandboxResult:
     wall_seconds: how long it ran.
     network_isolated: whether it ran in its own network namespace.
     isolation: the mode that ran: "kernel", "kernel+cgroup" or "hook" (`isolation_mode`).
+    channel: what the child wrote on its result channel (`run_python(channel=True)`).
   """
   returncode: int
   stdout: str
@@ -158,6 +159,7 @@ class SandboxResult:
   wall_seconds: float
   network_isolated: bool
   isolation: str = "hook"
+  channel: bytes = b""
 
   @property
   def ok(self) -> bool:
@@ -374,7 +376,8 @@ def _require_kernel() -> None:
 
 def run_python(code: str, *, files: Mapping[str, str | bytes] | None = None,
                pinned: Mapping[str, str | bytes] | None = None,
-               limits: SandboxLimits = SandboxLimits(), stdin: str = "") -> SandboxResult:
+               limits: SandboxLimits = SandboxLimits(), stdin: str = "",
+               channel: bool = False) -> SandboxResult:
   """Runs `code` as `main.py` in a fresh directory with `files` and read-only `pinned` files.
 
   Args:
@@ -383,6 +386,9 @@ def run_python(code: str, *, files: Mapping[str, str | bytes] | None = None,
     pinned: files the code must not change (tests): read-only, checked by sha256 after the run.
     limits: the limits and isolation mode of the run.
     stdin: text fed to the child's standard input.
+    channel: give the child a result channel: a file descriptor, named by the environment
+      variable `SANDBOX_CHANNEL_FD`, on a file outside its directory; what it writes there (up
+      to `max_output_bytes`) comes back as `SandboxResult.channel`.
 
   Raises:
     SandboxUnavailable: a limit or isolation measure cannot be applied on this OS.
@@ -403,7 +409,7 @@ def run_python(code: str, *, files: Mapping[str, str | bytes] | None = None,
   root = tempfile.mkdtemp(prefix="rlagents_sandbox_")
   try:
     return _run_in(root, code, files or {}, pinned_bytes, digests, limits, rlimits, uid,
-                   use_netns, stdin)
+                   use_netns, stdin, channel)
   finally:
     _make_removable(root)
     shutil.rmtree(root, ignore_errors=True)
@@ -442,7 +448,8 @@ def _read_only_view() -> tuple[list[str], dict[str, str]]:
   return kept, links
 
 
-def _run_in(root, code, files, pinned_bytes, digests, limits, rlimits, uid, use_netns, stdin):
+def _run_in(root, code, files, pinned_bytes, digests, limits, rlimits, uid, use_netns, stdin,
+            channel):
   work = os.path.join(root, "work")
   os.mkdir(work)
   for name, data in files.items():
@@ -469,18 +476,26 @@ def _run_in(root, code, files, pinned_bytes, digests, limits, rlimits, uid, use_
   os.set_blocking(report_read, False)
   env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
          "HOME": work, "TMPDIR": work, "SANDBOX_PINNED": "\0".join(pinned_bytes)}
+  channel_path = os.path.join(root, "channel")
+  channel_fd = os.open(channel_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+  if channel:
+    env["SANDBOX_CHANNEL_FD"] = str(channel_fd)
+  extra_fds = (report_write, channel_fd) if channel else (report_write,)
   child_argv = [sys.executable, "-I", "-B", os.path.realpath(_BOOTSTRAP), work,
                 str(report_write), "main.py"]
   violations = []
-  with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+  with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err, os.fdopen(
+      channel_fd, "rb", closefd=True) as _:
     if limits.isolation == "kernel":
       code_, wall, isolation, out_of_memory = _launch_kernel(
-          root, work, child_argv, env, pinned_bytes, limits, rlimits, uid, report_write,
+          root, work, child_argv, env, pinned_bytes, limits, rlimits, uid, extra_fds,
           stdin, out, err, violations)
     else:
       code_, wall = _launch_hook(child_argv, env, work, limits, rlimits, uid, use_netns,
-                                 report_write, stdin, out, err, violations)
+                                 extra_fds, stdin, out, err, violations)
       isolation, out_of_memory = "hook", False
+  with open(channel_path, "rb") as f:
+    channel_bytes = f.read(limits.max_output_bytes)
   reports = _read_all(report_read)
   os.close(report_read)
   def scrub(text: str) -> str:
@@ -525,10 +540,11 @@ def _run_in(root, code, files, pinned_bytes, digests, limits, rlimits, uid, use_
         files_left[relative] = _read_capped(path, limits.max_output_bytes).encode()
   return SandboxResult(returncode=code_, stdout=stdout, stderr=stderr,
                        violations=tuple(dict.fromkeys(violations)), files=files_left,
-                       wall_seconds=wall, network_isolated=use_netns, isolation=isolation)
+                       wall_seconds=wall, network_isolated=use_netns, isolation=isolation,
+                       channel=channel_bytes)
 
 
-def _launch_hook(child_argv, env, work, limits, rlimits, uid, use_netns, report_write, stdin,
+def _launch_hook(child_argv, env, work, limits, rlimits, uid, use_netns, fds, stdin,
                  out, err, violations):
   """The weaker mode: the child in its own process group, limits set before it starts."""
 
@@ -545,8 +561,8 @@ def _launch_hook(child_argv, env, work, limits, rlimits, uid, use_netns, report_
     argv = [shutil.which("unshare"), "-n", "--"] + argv
   start = time.monotonic()
   process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, env=env,
-                             cwd=work, preexec_fn=preexec, pass_fds=(report_write,))
-  os.close(report_write)
+                             cwd=work, preexec_fn=preexec, pass_fds=fds)
+  os.close(fds[0])
   try:
     process.communicate(stdin.encode(), timeout=limits.wall_seconds)
   except subprocess.TimeoutExpired:
@@ -557,7 +573,7 @@ def _launch_hook(child_argv, env, work, limits, rlimits, uid, use_netns, report_
 
 
 def _launch_kernel(root, work, child_argv, env, pinned_bytes, limits, rlimits, uid,
-                   report_write, stdin, out, err, violations):
+                   fds, stdin, out, err, violations):
   """The kernel mode: `unshare` makes the namespaces, `_init.py` is their process 1."""
   new_root = os.path.join(root, "root")
   os.mkdir(new_root, 0o755)
@@ -579,8 +595,8 @@ def _launch_kernel(root, work, child_argv, env, pinned_bytes, limits, rlimits, u
     process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err,
                                env={"PATH": env["PATH"], "LANG": env["LANG"]},
                                cwd=root, start_new_session=True,
-                               pass_fds=(report_write, status_write))
-    os.close(report_write)
+                               pass_fds=fds + (status_write,))
+    os.close(fds[0])
     os.close(status_write)
     host_timeout = False
     try:

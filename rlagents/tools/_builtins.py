@@ -76,11 +76,11 @@ class DocumentSearchTool:
     return "\n".join(f"[{pid}] {self.corpus[pid]}" for pid in hits)
 
 
-def describe_run(result: sandbox.SandboxResult) -> str:
+def describe_run(result: sandbox.SandboxResult | sandbox.TestVerdict) -> str:
   """A short observation of a sandbox run: violations first, then exit status and output.
 
   Args:
-    result: what `rlagents.sandbox` returned.
+    result: what `rlagents.sandbox` returned (a verdict's output ends with its summary).
   """
   lines = [f"violation: {v.kind}: {v.detail}" for v in result.violations]
   lines.append(f"exit {result.returncode}")
@@ -95,7 +95,8 @@ class PythonRunnerTool:
 
   Args:
     limits: the sandbox's CPU, memory, process, file and output limits.
-    files: file name -> contents, pinned read-only in the sandbox's directory (None: none).
+    files: file name -> contents, pinned in the sandbox's directory (None: none): the kernel
+      keeps them read-only and a changed one is a `pinned_file` violation.
     name: the name the agent writes in a call.
   """
 
@@ -113,49 +114,26 @@ class PythonRunnerTool:
   def __call__(self, arguments: str, rng: np.random.Generator) -> str:
     del rng
     code = _json_calls.decode_arguments(self.spec, arguments)["code"]
-    self.last_result = sandbox.run_python(code, files=self.files, limits=self.limits)
+    self.last_result = sandbox.run_python(code, pinned=self.files, limits=self.limits)
     return describe_run(self.last_result)
 
 
-# Runs every `test_*` function of the pinned test modules; prints one summary line.
-_TEST_RUNNER = '''
-import importlib, sys, traceback
-passed, failed = 0, []
-for module_name in sys.argv[1:]:
-  module = importlib.import_module(module_name)
-  for name in sorted(n for n in dir(module) if n.startswith("test_")):
-    try:
-      getattr(module, name)()
-      passed += 1
-    except Exception as e:
-      failed.append(f"{module_name}.{name}: {type(e).__name__}")
-print(f"passed {passed}/{passed + len(failed)}")
-for line in failed:
-  print("failed", line)
-sys.exit(1 if failed or not passed else 0)
-'''
-
-
 def run_pinned_tests(solution: str, tests: Mapping[str, str], *,
-                     limits: sandbox.SandboxLimits) -> sandbox.SandboxResult:
+                     limits: sandbox.SandboxLimits) -> sandbox.TestVerdict:
   """Runs the pinned `tests` (name -> source, names `test_*.py`) against `solution.py`.
+
+  The host judges (`sandbox.run_tests`): the expected values never enter the sandbox, and an
+  early exit, a patched runtime or a value with custom comparisons fails and is flagged.
 
   Args:
     solution: the source of `solution.py`.
-    tests: test file name -> source.
+    tests: test file name -> source (`assert <expression> == <literal>` tests).
     limits: the sandbox's limits.
 
   Returns:
-    The sandbox's result (exit status, output, violations).
+    The verdict (passed/total, flags) with the run's exit status, output and violations.
   """
-  modules = []
-  for name in tests:
-    if not re.fullmatch(r"test_[a-z0-9_]+\.py", name):
-      raise ValueError(f"pinned test file {name!r} must be named test_<name>.py")
-    modules.append(name[:-3])
-  code = ("import sys, runpy\nsys.argv = ['runner'] + " + repr(modules) +
-          "\nexec(compile(" + repr(_TEST_RUNNER) + ", 'runner', 'exec'))\n")
-  return sandbox.run_python(code, files={"solution.py": solution}, pinned=tests, limits=limits)
+  return sandbox.run_tests(solution, tests, limits=limits)
 
 
 class UnitTestRunnerTool:
@@ -174,7 +152,7 @@ class UnitTestRunnerTool:
                limits: sandbox.SandboxLimits = sandbox.SandboxLimits(), name: str = "run_tests"):
     self.tests = dict(tests)
     self.limits = limits
-    self.last_result: sandbox.SandboxResult | None = None
+    self.last_result: sandbox.TestVerdict | None = None
     self.spec = _protocol.ToolSpec(
         name=name, description="Runs the pinned unit tests against solution.py.",
         parameters={"type": "object", "required": ["solution"], "additionalProperties": False,

@@ -1,0 +1,148 @@
+"""Runs pinned tests inside the sandbox and reports each test's plain value (standard library only).
+
+The host copies this file in as `main.py` with `TESTS` filled in. It never judges: it imports
+each pinned test module (whose tests `return` the values their asserts compared), calls every
+test the host named, and writes one JSON record per test on the result channel, a file
+descriptor the host opened outside the run's directory:
+
+    {"test": "test_solution.test_case_0", "value": ["int", "5"]}
+    {"test": "...", "raised": "ZeroDivisionError", "base": false}
+    {"test": "...", "opaque": "Always"}          (a value that is not a plain builtin)
+    {"patched": ["builtins.AssertionError"]}     (the runtime was changed under the tests)
+    {"end": true}
+
+Values are encoded by exact type (`type(x) is int`, never `isinstance`), so an object with a
+custom `__eq__` or `__hash__`, or a subclass of a builtin, is reported as opaque, never as a
+value. The host decodes the records into builtins of its own and compares them with the
+expected values, which never enter the sandbox. Code under test can corrupt or fake these
+records (it runs in this interpreter), but it cannot learn the expected values from them, so a
+faked record passes only by being right, and a missing one fails.
+
+`decode` is the host's half of the encoding, kept here so the format has one definition.
+"""
+
+import builtins
+import importlib
+import json
+import os
+import sys
+import unittest  # Loaded before the code under test so that patching it can be noticed.
+
+TESTS = []  # [(module name, [test function names])], filled in by the host.
+MAX_DEPTH = 32
+MAX_RECORD_CHARS = 16384
+
+
+def encode(value, depth=0):
+  """A tagged JSON form of a plain builtin value; TypeError for anything else."""
+  kind = type(value)
+  if depth > MAX_DEPTH:
+    raise TypeError("nested too deeply")
+  if value is None:
+    return ["none"]
+  if kind is bool:
+    return ["bool", bool.__bool__(value)]
+  if kind is int:
+    return ["int", int.__repr__(value)]
+  if kind is float:
+    return ["float", float.__repr__(value)]
+  if kind is str:
+    return ["str", str.__str__(value)]
+  if kind is bytes:
+    return ["bytes", bytes.hex(value)]
+  if kind in (list, tuple, set, frozenset):
+    items = list.__iter__(value) if kind is list else iter(kind.__iter__(value))
+    return [kind.__name__, [encode(item, depth + 1) for item in items]]
+  if kind is dict:
+    return ["dict", [[encode(k, depth + 1), encode(v, depth + 1)]
+                     for k, v in dict.items(value)]]
+  raise TypeError(kind.__name__)
+
+
+def decode(tagged, depth=0):
+  """The builtin value of an `encode`d form; ValueError for a malformed one (host side)."""
+  if depth > MAX_DEPTH or not isinstance(tagged, list) or not tagged:
+    raise ValueError("malformed value")
+  tag, rest = tagged[0], tagged[1:]
+  if tag == "none" and not rest:
+    return None
+  if len(rest) != 1:
+    raise ValueError("malformed value")
+  body = rest[0]
+  if tag == "bool" and isinstance(body, bool):
+    return body
+  if tag in ("int", "float", "str", "bytes") and isinstance(body, str):
+    try:
+      return {"int": int, "float": float, "str": str, "bytes": bytes.fromhex}[tag](body)
+    except ValueError as e:
+      raise ValueError(f"malformed {tag}") from e
+  if tag in ("list", "tuple", "set", "frozenset") and isinstance(body, list):
+    items = [decode(item, depth + 1) for item in body]
+    try:
+      return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[tag](items)
+    except TypeError as e:
+      raise ValueError("unhashable set item") from e
+  if tag == "dict" and isinstance(body, list):
+    try:
+      return {decode(k, depth + 1): decode(v, depth + 1) for k, v in body}
+    except (TypeError, ValueError) as e:
+      raise ValueError("malformed dict") from e
+  raise ValueError(f"malformed value tagged {str(tag)[:20]!r}")
+
+
+def _watched():
+  """(name -> object) of what the tests' outcome could be steered through."""
+  watched = {f"builtins.{k}": v for k, v in vars(builtins).items() if k != "_"}
+  for module in (unittest, sys.modules["unittest.case"], json):
+    watched.update({f"{module.__name__}.{k}": v for k, v in vars(module).items()})
+  watched.update({f"unittest.TestCase.{k}": v for k, v in vars(unittest.TestCase).items()})
+  watched.update({f"sys.modules[{k!r}]": sys.modules.get(k)
+                  for k in ("builtins", "sys", "json", "unittest", "importlib")})
+  watched.update({f"sys.{k}": getattr(sys, k) for k in ("exit", "excepthook", "flags")})
+  return watched
+
+
+def _main():
+  channel = int(os.environ.pop("SANDBOX_CHANNEL_FD"))
+  write, dumps = os.write, json.dumps
+  baseline = _watched()
+
+  def emit(record):
+    text = dumps(record)
+    if len(text) > MAX_RECORD_CHARS:
+      text = dumps({"test": record.get("test"), "raised": "value too large", "base": False})
+    write(channel, (text + "\n").encode())
+
+  def check_runtime():
+    now = _watched()
+    changed = sorted(k for k in set(baseline) | set(now)
+                     if baseline.get(k, baseline) is not now.get(k, now))
+    if changed:
+      emit({"patched": changed[:8]})
+
+  for module_name, names in TESTS:
+    try:
+      module = importlib.import_module(module_name)
+    except BaseException as e:  # pylint: disable=broad-except
+      for name in names:
+        emit({"test": f"{module_name}.{name}", "raised": type(e).__name__,
+              "base": not isinstance(e, Exception)})
+      check_runtime()
+      continue
+    for name in names:
+      test = f"{module_name}.{name}"
+      try:
+        value = getattr(module, name)()
+      except BaseException as e:  # pylint: disable=broad-except
+        emit({"test": test, "raised": type(e).__name__, "base": not isinstance(e, Exception)})
+      else:
+        try:
+          emit({"test": test, "value": encode(value)})
+        except (TypeError, RecursionError) as e:
+          emit({"test": test, "opaque": str(e)[:80]})
+      check_runtime()
+  emit({"end": True})
+
+
+if __name__ == "__main__":
+  _main()
