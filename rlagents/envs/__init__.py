@@ -7,7 +7,9 @@
 
 Built-ins: CartPole (gymnasium CartPole-v1 dynamics) and a key-door maze (long horizon, sparse
 reward). `GymnaxEnv` adapts gymnax environments (`make('gymnax/CartPole-v1')`; needs gymnax,
-imported only then). `CalculatorTextEnv` is the calculator tool-use task as a text environment
+imported only then). Turn-based games (`TurnBasedEnvironment`, `Turn`): pgx's Connect Four,
+Othello, Go 9x9 through `make_game`, `play_games` between two policies, and a jitted minimax
+opponent for Connect Four (`make_minimax_policy`). `CalculatorTextEnv` is the calculator tool-use task as a text environment
 whose tool runs inside `jit` (see `rollout.make_jit_rollout`).
 """
 
@@ -22,11 +24,24 @@ from rlagents.envs._calculator_text import Segment
 from rlagents.envs._calculator_text import TextEpisode
 from rlagents.envs._cartpole import CartPole
 from rlagents.envs._cartpole import CartPoleState
+from rlagents.envs._connect_four_minimax import make_minimax_policy
+from rlagents.envs._connect_four_minimax import minimax_values
 from rlagents.envs._gymnax import GymnaxEnv
 from rlagents.envs._maze import KeyDoorMaze
 from rlagents.envs._maze import KeyDoorMazeState
+from rlagents.envs._pgx import GAMES
+from rlagents.envs._pgx import make_game
+from rlagents.envs._pgx import PgxGame
+from rlagents.envs._pgx import render_connect_four
 from rlagents.envs._registry import ENVIRONMENTS
 from rlagents.envs._registry import make
+from rlagents.envs._turn_based import check_turn_based_environment
+from rlagents.envs._turn_based import MatchResult
+from rlagents.envs._turn_based import play_games
+from rlagents.envs._turn_based import Policy
+from rlagents.envs._turn_based import random_policy
+from rlagents.envs._turn_based import Turn
+from rlagents.envs._turn_based import TurnBasedEnvironment
 from rlagents.envs._wrappers import AutoReset
 from rlagents.envs._wrappers import CheckedActions
 from rlagents.envs._wrappers import EpisodeStatistics
@@ -37,6 +52,7 @@ from rlagents.envs._wrappers import wrap_for_training
 
 __all__ = [
     "ENVIRONMENTS",
+    "GAMES",
     "AutoReset",
     "BoxSpec",
     "CalculatorTextEnv",
@@ -51,12 +67,24 @@ __all__ = [
     "InvalidEnvironmentError",
     "KeyDoorMaze",
     "KeyDoorMazeState",
+    "MatchResult",
+    "PgxGame",
+    "Policy",
     "Segment",
     "TextEpisode",
+    "Turn",
+    "TurnBasedEnvironment",
     "VmapEnv",
     "Wrapper",
     "check_action",
     "check_environment",
+    "check_turn_based_environment",
     "make",
+    "make_game",
+    "make_minimax_policy",
+    "minimax_values",
+    "play_games",
+    "random_policy",
+    "render_connect_four",
     "wrap_for_training",
 ]

@@ -1,0 +1,605 @@
+"""AlphaZero and MuZero self-play for two-player games: one jitted program per iteration.
+
+AlphaZero (Silver et al. 2018, https://www.science.org/doi/10.1126/science.aar6404) with the search
+of Gumbel MuZero (Danihelka et al. 2022) by default, as pgx's AlphaZero example does; with
+`model='learned'` the search runs over a learned model instead (MuZero, Schrittwieser et al. 2020,
+https://arxiv.org/abs/1911.08265) while the games are still played in the real environment.
+
+    learner = make_learner(AlphaZeroConfig())                  # Connect Four
+    state = learner.init(jax.random.key(0))
+    state, metrics = jax.jit(learner.iteration)(state)         # or make_data_parallel_iteration
+
+One iteration (`AlphaZeroLearner.iteration`), readable top to bottom:
+    SELF-PLAY  `num_games` games, `num_moves` moves each (`lax.scan`; a finished game restarts),
+               a search (`rlagents.search`) before every move; every `league_period`-th game is
+               played against a past self from the league instead (only the learner's moves
+               become training targets there)
+    TARGETS    each move's search policy, and the game's outcome from the mover's side; moves of
+               games still running at the end of the window have no outcome and are not trained
+    REPLAY     the iteration's block of `[num_moves, num_games]` samples replaces the oldest of
+               `replay_iterations` blocks of an on-device buffer
+    UPDATE     `updates_per_iteration` Adam steps on minibatches drawn uniformly from the buffer:
+               policy cross-entropy + value MSE (+ reward MSE over `unroll_steps` for MuZero)
+    LEAGUE     every `league_add_every` iterations the parameters join the league (a ring of
+               `league_size` past selves); league opponents are drawn by prioritised fictitious
+               self-play (weight (1 - p)^2, p the learner's score rate against that opponent, a
+               running mean of the league games) or the most recent one ('recent')
+
+Data parallelism: the iteration is written once with an `axis_name`; `rlagents.parallel`'s
+`shard_map_update` maps it over a mesh with the games' keys as the batch, so each device plays its
+share of the games, the samples are gathered into a replay buffer every device holds whole, each
+device computes the gradient of its slice of every (shared) minibatch and the gradients are
+averaged. Every game's randomness comes from its own key, and the minibatches from the shared key,
+so one device and eight devices compute the same iteration.
+"""
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
+
+from rlagents import envs
+from rlagents import parallel
+from rlagents import search as search_lib
+
+Metrics = dict[str, jax.Array]
+MODELS = ("true", "learned")
+OPPONENT_SAMPLING = ("pfsp", "recent")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AlphaZeroConfig:
+  """Self-play settings; the defaults train Connect Four.
+
+  Attributes:
+    game: a pgx game id (`rlagents.envs.GAMES`).
+    model: 'true' (search over the real game: AlphaZero) or 'learned' (over a MuZero model).
+    search: how each move is searched (`rlagents.search.SearchConfig`).
+    num_games: games played side by side in self-play (the batch, split across devices).
+    num_moves: moves per game slot per iteration; a game that ends restarts in its slot.
+    replay_iterations: the buffer holds the samples of this many iterations.
+    batch_size: samples per minibatch.
+    updates_per_iteration: optimizer steps per iteration.
+    learning_rate: Adam's step size.
+    weight_decay: AdamW's decoupled weight decay.
+    max_grad_norm: global-norm gradient clip.
+    value_coef: weight of the value loss (and of the reward loss for 'learned').
+    hidden_sizes: widths of the networks' dense layers.
+    torso: 'mlp' or 'conv' (`rlagents.search.PolicyValueNet`).
+    channels: convolution channels of the conv torso.
+    latent_size: the learned model's latent width ('learned').
+    unroll_steps: moves the learned model is unrolled in training ('learned').
+    league_size: past selves kept as opponents; 0 turns the league off.
+    league_period: every `league_period`-th game of a device's games is a league game (> 1).
+    league_add_every: iterations between additions to the league.
+    opponent_sampling: 'pfsp' or 'recent'.
+  """
+  game: str = "connect_four"
+  model: str = "true"
+  search: search_lib.SearchConfig = search_lib.SearchConfig()
+  num_games: int = 256
+  num_moves: int = 42
+  replay_iterations: int = 4
+  batch_size: int = 512
+  updates_per_iteration: int = 32
+  learning_rate: float = 1e-3
+  weight_decay: float = 1e-4
+  max_grad_norm: float = 1.0
+  value_coef: float = 1.0
+  hidden_sizes: tuple[int, ...] = (128, 128)
+  torso: str = "mlp"
+  channels: int = 32
+  latent_size: int = 128
+  unroll_steps: int = 5
+  league_size: int = 8
+  league_period: int = 4
+  league_add_every: int = 10
+  opponent_sampling: str = "pfsp"
+
+  def __post_init__(self):
+    object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+    if isinstance(self.search, dict):
+      object.__setattr__(self, "search", search_lib.SearchConfig(**self.search))
+    if self.game not in envs.GAMES:
+      raise ValueError(f"Unknown game {self.game!r}; valid choices: {envs.GAMES}.")
+    if self.model not in MODELS:
+      raise ValueError(f"AlphaZeroConfig.model must be one of {MODELS}, got {self.model!r}")
+    if self.opponent_sampling not in OPPONENT_SAMPLING:
+      raise ValueError(f"AlphaZeroConfig.opponent_sampling must be one of {OPPONENT_SAMPLING}, "
+                       f"got {self.opponent_sampling!r}")
+    if self.torso not in search_lib.TORSOS:
+      raise ValueError(f"AlphaZeroConfig.torso must be one of {search_lib.TORSOS}, got "
+                       f"{self.torso!r}")
+    for name in ("num_games", "num_moves", "replay_iterations", "batch_size",
+                 "updates_per_iteration", "latent_size", "unroll_steps", "league_add_every"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"AlphaZeroConfig.{name} must be >= 1, got {getattr(self, name)}")
+    if self.league_size < 0:
+      raise ValueError(f"AlphaZeroConfig.league_size must be >= 0, got {self.league_size}")
+    if self.league_size and self.league_period < 2:
+      raise ValueError(f"AlphaZeroConfig.league_period must be >= 2 (every n-th game is a "
+                       f"league game), got {self.league_period}")
+    if self.league_size and self.num_games % self.league_period:
+      raise ValueError(f"AlphaZeroConfig.num_games = {self.num_games} is not divisible by "
+                       f"league_period = {self.league_period}")
+    for name in ("learning_rate", "max_grad_norm"):
+      if getattr(self, name) <= 0:
+        raise ValueError(f"AlphaZeroConfig.{name} must be > 0, got {getattr(self, name)}")
+    for name in ("weight_decay", "value_coef"):
+      if getattr(self, name) < 0:
+        raise ValueError(f"AlphaZeroConfig.{name} must be >= 0, got {getattr(self, name)}")
+    if not self.hidden_sizes or min(self.hidden_sizes) < 1:
+      raise ValueError(f"AlphaZeroConfig.hidden_sizes must be positive widths, got "
+                       f"{self.hidden_sizes}")
+
+
+@flax.struct.dataclass
+class Replay:
+  """The on-device buffer: `replay_iterations` blocks of `[num_moves, num_games]` samples.
+
+  Attributes:
+    obs: `[C, T, B, *O]` the observation before each move.
+    policy: `[C, T, B, A]` the search's policy there.
+    value: `[C, T, B]` the game's outcome from the mover's side.
+    action: `[C, T, B]` the move played.
+    reward: `[C, T, B]` the mover's reward for it.
+    game_end: `[C, T, B]` the move ended its game.
+    finished: `[C, T, B]` the game of the move ended within the block (its value is known).
+    learner_move: `[C, T, B]` the learner made the move (not a league opponent).
+    filled: `[C]` the block holds samples.
+  """
+  obs: jax.Array
+  policy: jax.Array
+  value: jax.Array
+  action: jax.Array
+  reward: jax.Array
+  game_end: jax.Array
+  finished: jax.Array
+  learner_move: jax.Array
+  filled: jax.Array
+
+
+@flax.struct.dataclass
+class League:
+  """Past selves: a ring of `league_size` parameter snapshots.
+
+  Attributes:
+    params: the snapshots, stacked on a leading `[K]` axis.
+    filled: `[K]` the slot holds a snapshot.
+    added_at: `[K]` the iteration each snapshot was taken.
+    score_rate: `[K]` running mean of the learner's score rate (win 1, draw 0.5) against it.
+    next_slot: int32, the slot the next snapshot goes to.
+  """
+  params: Any
+  filled: jax.Array
+  added_at: jax.Array
+  score_rate: jax.Array
+  next_slot: jax.Array
+
+
+@flax.struct.dataclass
+class AlphaZeroState:
+  """Everything an iteration reads and writes; a pytree, so it jits and checkpoints.
+
+  Attributes:
+    params: the network's parameters.
+    opt_state: the optimizer's state.
+    replay: the on-device replay buffer.
+    league: past selves (None when `league_size` is 0).
+    key: uint32 key data of the next iteration's randomness.
+    iteration: int32, iterations done.
+  """
+  params: Any
+  opt_state: Any
+  replay: Replay
+  league: League | None
+  key: jax.Array
+  iteration: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class AlphaZeroLearner:
+  """The learner's pure functions and the objects they close over.
+
+  Attributes:
+    config: the settings.
+    game: the turn-based game.
+    network: a `PolicyValueNet` ('true') or `MuZeroNet` ('learned').
+    model: what the search runs over (`rlagents.search.Model`).
+    optimizer: clip_by_global_norm then AdamW.
+    init: `key -> AlphaZeroState`.
+    iteration: `(state, game_keys=None) -> (state, metrics)`; see the module
+      docstring. `game_keys` (`[num_games, 2]` uint32, this device's share under a device map)
+      default to keys drawn from the state.
+  """
+  config: AlphaZeroConfig
+  game: envs.TurnBasedEnvironment
+  network: Any
+  model: search_lib.Model
+  optimizer: optax.GradientTransformation
+  init: Callable[[jax.Array], AlphaZeroState]
+  iteration: Callable[..., tuple[AlphaZeroState, Metrics]]
+
+  def game_keys(self, state: AlphaZeroState) -> jax.Array:
+    """`[num_games, 2]` uint32: the keys of the iteration's games, drawn from `state.key`."""
+    key = jax.random.fold_in(jax.random.wrap_key_data(state.key), 1)
+    return jax.random.key_data(jax.random.split(key, self.config.num_games))
+
+  def search_policy(self, params, search_config: search_lib.SearchConfig | None = None):
+    """An `envs.Policy` that plays by search with `params` (the evaluation search by default)."""
+    config = search_config or self.config.search.for_evaluation()
+    return search_lib.make_search_policy(self.model, config, params)
+
+
+def _select(condition, on_true, on_false):
+  """`where` over two pytrees, `condition` `[B]` broadcast over each leaf's trailing axes."""
+  def pick(a, b):
+    return jnp.where(condition.reshape(condition.shape + (1,) * (a.ndim - 1)), a, b)
+  return jax.tree.map(pick, on_true, on_false)
+
+
+def _outcome_targets(reward, game_end, same_mover_next):
+  """Per move: the mover's return to the end of its game, and whether the game ended in the
+  window. All `[T, B]`; a reverse scan over time."""
+  def back(carry, x):
+    value_next, finished_next = carry
+    r, end, same = x
+    value = r + jnp.where(end, 0.0, jnp.where(same, 1.0, -1.0)) * value_next
+    finished = end | finished_next
+    return (value, finished), (value, finished)
+
+  b = reward.shape[1]
+  init = (jnp.zeros(b, jnp.float32), jnp.zeros(b, bool))
+  _, (value, finished) = lax.scan(back, init, (reward, game_end, same_mover_next), reverse=True)
+  return value, finished
+
+
+def make_learner(config: AlphaZeroConfig, *, axis_name=None,
+                 num_devices: int = 1) -> AlphaZeroLearner:
+  """Builds the self-play learner's `init` and `iteration`.
+
+  With `axis_name`, `iteration` runs on one of `num_devices` devices mapped over that axis (use
+  `make_data_parallel_iteration`): it plays `num_games / num_devices` games.
+
+  The metrics of an iteration (scalars): 'games' (finished in self-play), 'game_length', 'score'
+  (mean final reward of the first player; ~0 when both sides are alike), 'policy_entropy' (of
+  the search policy), 'root_value', 'loss', 'policy_loss', 'value_loss' (and 'reward_loss' for
+  'learned'), 'grad_norm', 'replay_samples' (trainable samples in the buffer), and with a league
+  'league_score' (the learner's score rate in this iteration's league games, NaN if none ended),
+  'league_opponent' (its slot) and 'league_members'.
+
+  Raises:
+    ValueError: the games do not split evenly across `num_devices`, or the batch does not.
+  """
+  if axis_name is None and num_devices != 1:
+    raise ValueError(f"num_devices = {num_devices} needs an axis_name to reduce over")
+  if config.num_games % num_devices:
+    raise ValueError(f"AlphaZeroConfig.num_games = {config.num_games} is not divisible by the "
+                     f"{num_devices} devices")
+  if config.batch_size % num_devices:
+    raise ValueError(f"AlphaZeroConfig.batch_size = {config.batch_size} is not divisible by the "
+                     f"{num_devices} devices")
+  local_games = config.num_games // num_devices
+  if config.league_size and local_games % config.league_period:
+    raise ValueError(f"each of the {num_devices} devices plays {local_games} games, not "
+                     f"divisible by league_period = {config.league_period}")
+  game = envs.make_game(config.game)
+  num_actions = game.action_spec().num_values
+  obs_shape = game.observation_spec().shape
+  if config.model == "true":
+    network = search_lib.PolicyValueNet(
+        num_actions=num_actions, obs_ndim=len(obs_shape), hidden_sizes=config.hidden_sizes,
+        torso=config.torso, channels=config.channels)
+    model = search_lib.true_dynamics(game, network.apply)
+  else:
+    network = search_lib.MuZeroNet(
+        num_actions=num_actions, obs_ndim=len(obs_shape), latent_size=config.latent_size,
+        hidden_sizes=config.hidden_sizes, torso=config.torso, channels=config.channels)
+    model = search_lib.learned_dynamics(network)
+  optimizer = optax.chain(
+      optax.clip_by_global_norm(config.max_grad_norm),
+      optax.adamw(config.learning_rate, weight_decay=config.weight_decay))
+  use_league = config.league_size > 0
+  capacity = config.replay_iterations
+  moves, num_games = config.num_moves, config.num_games
+  local_batch = config.batch_size // num_devices
+
+  def gather_games(x):
+    """This device's `[T, local_games, ...]` samples -> all games' `[T, num_games, ...]`."""
+    return x if axis_name is None else lax.all_gather(x, axis_name, axis=1, tiled=True)
+
+  def psum(x):
+    return x if axis_name is None else lax.psum(x, axis_name)
+
+  def init(key: jax.Array) -> AlphaZeroState:
+    network_key, key = jax.random.split(key)
+    params = network.init(network_key, jnp.zeros((1, *obs_shape), jnp.float32))
+    zeros = lambda *shape, dtype=jnp.float32: jnp.zeros((capacity, moves, num_games, *shape),
+                                                        dtype)
+    replay = Replay(obs=zeros(*obs_shape), policy=zeros(num_actions), value=zeros(),
+                    action=zeros(dtype=jnp.int32), reward=zeros(), game_end=zeros(dtype=bool),
+                    finished=zeros(dtype=bool), learner_move=zeros(dtype=bool),
+                    filled=jnp.zeros(capacity, bool))
+    league = None
+    if use_league:
+      league = League(
+          params=jax.tree.map(lambda x: jnp.zeros((config.league_size, *x.shape), x.dtype),
+                              params),
+          filled=jnp.zeros(config.league_size, bool),
+          added_at=jnp.zeros(config.league_size, jnp.int32),
+          score_rate=jnp.full(config.league_size, 0.5, jnp.float32),
+          next_slot=jnp.int32(0))
+    return AlphaZeroState(params=params, opt_state=optimizer.init(params), replay=replay,
+                          league=league, key=jax.random.key_data(key), iteration=jnp.int32(0))
+
+  def pick_opponent(league: League, key):
+    """A league slot: by PFSP weight or the newest; -1 when the league is empty."""
+    if config.opponent_sampling == "recent":
+      newest = jnp.argmax(jnp.where(league.filled, league.added_at, -1))
+      return jnp.where(league.filled.any(), newest, -1)
+    weights = jnp.where(league.filled, jnp.square(1.0 - league.score_rate) + 1e-3, 0.0)
+    slot = jax.random.categorical(key, jnp.log(weights))
+    return jnp.where(league.filled.any(), slot, -1)
+
+  # SELF-PLAY
+  def self_play(params, opponent_params, league_game, game_keys):
+    """`num_moves` moves of this device's games; returns `[T, G]` samples and statistics."""
+    g = game_keys.shape[0]
+    keys = jax.vmap(lambda k: jax.random.split(jax.random.wrap_key_data(k), 3))(game_keys)
+    start_keys, seat_keys, keys = keys[:, 0], keys[:, 1], keys[:, 2]
+    state, turn = jax.vmap(game.reset)(start_keys)
+    learner_seat = jax.vmap(jax.random.bernoulli)(seat_keys).astype(jnp.int32)
+
+    def move(carry, t):
+      state, turn, learner_seat, length = carry
+      step_keys = jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, t), 4))(keys)
+      searched = search_lib.search(model, config.search, params, step_keys[:, 0], state, turn)
+      learner_move = jnp.ones(g, bool)
+      action = searched.action
+      if use_league:
+        # Only the league games (every league_period-th) are searched for the opponent.
+        pick = lambda x: x[config.league_period - 1::config.league_period]
+        opponent = search_lib.search(model, config.search, opponent_params, pick(step_keys[:, 1]),
+                                     jax.tree.map(pick, state), jax.tree.map(pick, turn))
+        opponent_action = jnp.zeros(g, jnp.int32).at[config.league_period - 1::
+                                                     config.league_period].set(opponent.action)
+        learner_move = ~league_game | (turn.current_player == learner_seat)
+        action = jnp.where(learner_move, action, opponent_action)
+      next_state, next_turn = jax.vmap(game.step)(state, action, step_keys[:, 2])
+      mover = turn.current_player
+      reward = jnp.take_along_axis(next_turn.rewards, mover[:, None], axis=1)[:, 0]
+      game_end = next_turn.done
+      sample = dict(obs=turn.observation, policy=searched.action_weights, action=action,
+                    reward=reward, game_end=game_end, learner_move=learner_move, mover=mover,
+                    root_value=searched.root_value,
+                    learner_score=jnp.where(mover == learner_seat, reward, -reward),
+                    first_player_reward=jnp.where(game_end, next_turn.rewards[:, 0], 0.0),
+                    game_length=jnp.where(game_end, length + 1, 0))
+      # A finished game restarts in its slot, with a new seat for the learner.
+      reset_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(step_keys[:, 3])
+      fresh_state, fresh_turn = jax.vmap(game.reset)(reset_keys)
+      next_state, next_turn = _select(game_end, (fresh_state, fresh_turn),
+                                      (next_state, next_turn))
+      new_seat = jax.vmap(lambda k: jax.random.bernoulli(jax.random.fold_in(k, 2)))(
+          step_keys[:, 3]).astype(jnp.int32)
+      learner_seat = jnp.where(game_end, new_seat, learner_seat)
+      length = jnp.where(game_end, 0, length + 1)
+      return (next_state, next_turn, learner_seat, length), sample
+
+    _, samples = lax.scan(move, (state, turn, learner_seat, jnp.zeros(g, jnp.int32)),
+                          jnp.arange(moves))
+    same_mover_next = jnp.concatenate(
+        [samples["mover"][1:] == samples["mover"][:-1], jnp.zeros((1, g), bool)])
+    samples["value"], samples["finished"] = _outcome_targets(
+        samples["reward"], samples["game_end"], same_mover_next)
+    return samples
+
+  # UPDATE
+  def az_loss(params, batch):
+    logits, value = network.apply(params, batch["obs"])
+    policy_loss = optax.softmax_cross_entropy(logits, batch["policy"]).mean()
+    value_loss = jnp.square(value - batch["value"]).mean()
+    loss = policy_loss + config.value_coef * value_loss
+    return loss, {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss}
+
+  def muzero_loss(params, batch):
+    latent = network.apply(params, batch["obs"], method=network.represent)
+    total_policy, total_value, total_reward = 0.0, 0.0, 0.0
+    for k in range(config.unroll_steps + 1):
+      logits, value = network.apply(params, latent, method=network.predict)
+      ce = optax.softmax_cross_entropy(logits, batch["policy"][:, k])
+      total_policy += (ce * batch["policy_mask"][:, k]).sum() / jnp.maximum(
+          batch["policy_mask"][:, k].sum(), 1.0)
+      total_value += (jnp.square(value - batch["value"][:, k]) * batch["value_mask"][:, k]).sum() \
+          / jnp.maximum(batch["value_mask"][:, k].sum(), 1.0)
+      if k < config.unroll_steps:
+        latent, reward = network.apply(params, latent, batch["action"][:, k],
+                                       method=network.dynamics)
+        total_reward += (jnp.square(reward - batch["reward"][:, k]) * batch["reward_mask"][:, k]
+                         ).sum() / jnp.maximum(batch["reward_mask"][:, k].sum(), 1.0)
+        # MuZero halves the gradient flowing back through the dynamics at every step.
+        latent = 0.5 * latent + 0.5 * lax.stop_gradient(latent)
+    scale = 1.0 / (config.unroll_steps + 1)
+    policy_loss, value_loss = total_policy * scale, total_value * scale
+    reward_loss = total_reward / config.unroll_steps
+    loss = policy_loss + config.value_coef * (value_loss + reward_loss)
+    return loss, {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss,
+                  "reward_loss": reward_loss}
+
+  def gather_batch(replay: Replay, flat_index):
+    """The samples at `flat_index` into `[C * T * B]` (with their unrolls for 'learned')."""
+    block, rest = jnp.divmod(flat_index, moves * num_games)
+    t, b = jnp.divmod(rest, num_games)
+    if config.model == "true":
+      return {"obs": replay.obs[block, t, b], "policy": replay.policy[block, t, b],
+              "value": replay.value[block, t, b]}
+    k = jnp.arange(config.unroll_steps + 1)
+    tk = t[:, None] + k                                        # [M, K + 1]
+    in_window = tk < moves
+    tk_c = jnp.minimum(tk, moves - 1)
+    at = lambda x: x[block[:, None], tk_c, b[:, None]]
+    ends = at(replay.game_end) & in_window
+    # Moves before step k that ended the game: from then on the state is absorbing.
+    ended_before = jnp.cumsum(ends, axis=1) - ends > 0
+    alive = in_window & ~ended_before
+    return {
+        "obs": replay.obs[block, t, b],
+        "policy": at(replay.policy),
+        "policy_mask": (alive & at(replay.learner_move)).astype(jnp.float32),
+        "value": jnp.where(alive, at(replay.value), 0.0),
+        "value_mask": ((alive & at(replay.finished)) | ended_before).astype(jnp.float32),
+        "action": at(replay.action)[:, :-1],
+        "reward": jnp.where(alive, at(replay.reward), 0.0)[:, :-1],
+        "reward_mask": (alive | ended_before).astype(jnp.float32)[:, :-1],
+    }
+
+  loss_fn = az_loss if config.model == "true" else muzero_loss
+
+  def train_step(carry, batch):
+    params, opt_state = carry
+    grads, metrics = jax.grad(loss_fn, has_aux=True)(params, batch)
+    if axis_name is not None:
+      grads, metrics = lax.pmean((grads, metrics), axis_name)
+    metrics["grad_norm"] = optax.global_norm(grads)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return (optax.apply_updates(params, updates), opt_state), metrics
+
+  def iteration(state: AlphaZeroState, game_keys=None) -> tuple[AlphaZeroState, Metrics]:
+    if game_keys is None:
+      if axis_name is not None:
+        raise ValueError("under a device map, pass each device's game keys")
+      game_keys = learner.game_keys(state)
+    key = jax.random.wrap_key_data(state.key)
+    next_key, league_key, sample_key = jax.random.split(jax.random.fold_in(key, 0), 3)
+    g = game_keys.shape[0]
+    metrics = {}
+
+    opponent_params, league_game, slot = state.params, jnp.zeros(g, bool), jnp.int32(-1)
+    if use_league:
+      slot = pick_opponent(state.league, league_key)
+      member = jax.tree.map(lambda x: x[jnp.maximum(slot, 0)], state.league.params)
+      opponent_params = jax.tree.map(lambda m, p: jnp.where(slot >= 0, m, p), member,
+                                     state.params)
+      league_game = (jnp.arange(g) % config.league_period) == config.league_period - 1
+    samples = self_play(state.params, opponent_params, league_game, game_keys)
+
+    # Statistics of this device's games, summed over devices.
+    ends = samples["game_end"]
+    games = psum(ends.sum())
+    metrics["games"] = games
+    metrics["game_length"] = psum(samples["game_length"].sum()) / jnp.maximum(games, 1)
+    metrics["score"] = psum(samples["first_player_reward"].sum()) / jnp.maximum(games, 1)
+    policy = samples["policy"]
+    entropy = -(policy * jnp.log(jnp.maximum(policy, 1e-12))).sum(-1)
+    metrics["policy_entropy"] = psum(entropy.sum()) / (moves * num_games)
+    metrics["root_value"] = psum(jnp.abs(samples["root_value"]).sum()) / (moves * num_games)
+
+    league = state.league
+    if use_league:
+      in_league = ends & league_game[None]
+      league_games = psum(in_league.sum())
+      # Score rate: win 1, draw 0.5, loss 0.
+      score = psum(jnp.where(in_league, 0.5 + 0.5 * samples["learner_score"], 0.0).sum())
+      rate = score / jnp.maximum(league_games, 1)
+      metrics["league_score"] = jnp.where(league_games > 0, rate, jnp.nan)
+      metrics["league_opponent"] = slot
+      seen = (slot >= 0) & (league_games > 0)
+      updated = 0.8 * league.score_rate[jnp.maximum(slot, 0)] + 0.2 * rate
+      league = league.replace(score_rate=jnp.where(
+          seen, league.score_rate.at[jnp.maximum(slot, 0)].set(updated), league.score_rate))
+
+    # REPLAY
+    block = state.iteration % capacity
+    replay = state.replay
+    new_block = {name: gather_games(samples[name]) for name in
+                 ("obs", "policy", "value", "action", "reward", "game_end", "finished",
+                  "learner_move")}
+    replay = replay.replace(**{name: getattr(replay, name).at[block].set(value)
+                               for name, value in new_block.items()},
+                            filled=replay.filled.at[block].set(True))
+    weight = (replay.filled[:, None, None] & replay.finished & replay.learner_move).reshape(-1)
+    if config.model == "learned":
+      # Unrolls also train on moves whose game did not end in the window (reward, dynamics).
+      weight = (replay.filled[:, None, None] & replay.learner_move).reshape(-1)
+    metrics["replay_samples"] = weight.sum()
+
+    # UPDATE: every device draws the same minibatches and takes its slice of each.
+    cumulative = jnp.cumsum(weight.astype(jnp.float32))
+    draws = jax.random.uniform(sample_key, (config.updates_per_iteration, config.batch_size),
+                               maxval=cumulative[-1])
+    index = jnp.minimum(jnp.searchsorted(cumulative, draws, side="right"), weight.shape[0] - 1)
+    if axis_name is not None:
+      index = lax.dynamic_slice_in_dim(index, lax.axis_index(axis_name) * local_batch,
+                                       local_batch, axis=1)
+    batches = jax.vmap(lambda i: gather_batch(replay, i))(index)
+    (params, opt_state), loss_metrics = lax.scan(train_step, (state.params, state.opt_state),
+                                                 batches)
+    metrics.update(jax.tree.map(jnp.mean, loss_metrics))
+
+    # LEAGUE
+    iteration_done = state.iteration + 1
+    if use_league:
+      add = iteration_done % config.league_add_every == 0
+      slot_in = league.next_slot
+      league = league.replace(
+          params=jax.tree.map(lambda stack, p: jnp.where(add, stack.at[slot_in].set(p), stack),
+                              league.params, params),
+          filled=jnp.where(add, league.filled.at[slot_in].set(True), league.filled),
+          added_at=jnp.where(add, league.added_at.at[slot_in].set(iteration_done),
+                             league.added_at),
+          score_rate=jnp.where(add, league.score_rate.at[slot_in].set(0.5), league.score_rate),
+          next_slot=jnp.where(add, (slot_in + 1) % config.league_size, slot_in))
+      metrics["league_members"] = league.filled.sum()
+
+    state = AlphaZeroState(params=params, opt_state=opt_state, replay=replay, league=league,
+                           key=jax.random.key_data(next_key), iteration=iteration_done)
+    return state, metrics
+
+  learner = AlphaZeroLearner(config=config, game=game, network=network, model=model,
+                             optimizer=optimizer, init=init, iteration=iteration)
+  return learner
+
+
+def make_data_parallel_iteration(config: AlphaZeroConfig, mesh):
+  """`(learner, step)`: `step(state) -> (state, metrics)`, one iteration over `mesh`'s devices.
+
+  Built on `rlagents.parallel.shard_map_update`: the state is replicated, the games' keys are
+  the batch split over the ('data', 'fsdp') axes. Jitted; the same result as
+  `jax.jit(learner.iteration)` on one device (see the module docstring).
+
+  Args:
+    config: the settings (`num_games` and `batch_size` divisible by the device count).
+    mesh: from `rlagents.parallel.make_mesh`.
+  """
+  num_devices = parallel.num_batch_shards(mesh)
+  learner = make_learner(config, axis_name=parallel.AXES, num_devices=num_devices)
+
+  def update(state, game_keys, axis_name=None):
+    del axis_name  # the learner was built with the mesh's axes
+    return learner.iteration(state, game_keys)
+
+  sharded = parallel.shard_map_update(update, mesh, min_size=2**62)
+
+  @jax.jit
+  def step(state):
+    return sharded(state, learner.game_keys(state))
+
+  return learner, step
+
+
+def evaluate(learner: AlphaZeroLearner, params, opponent: envs.Policy, key: jax.Array,
+             num_games: int, *, search_config: search_lib.SearchConfig | None = None
+             ) -> envs.MatchResult:
+  """Plays the learner (search with `params`, no exploration) against `opponent`; jittable.
+
+  The learner moves first in half the games. Returns `envs.play_games`'s result, from the
+  learner's side.
+  """
+  return envs.play_games(learner.game, [learner.search_policy(params, search_config), opponent],
+                         key, num_games)
