@@ -256,7 +256,12 @@ def load_pretrained(path: str, *, max_len: int | None = None, dtype: str = "floa
   if model_type not in SUPPORTED_MODEL_TYPES:
     raise CheckpointError(f"{config_path}: model_type {model_type!r} is not supported "
                           f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)}).")
-  hf_config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
+  try:
+    hf_config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
+  except (KeyError, ValueError, TypeError) as e:
+    # transformers checks fields (e.g. the keys a rope_type needs) while it reads the config.
+    message = e.args[0] if isinstance(e, KeyError) and e.args else e
+    raise CheckpointError(f"{config_path}: {message}") from None
   config = config_from_hf(hf_config, max_len=max_len, dtype=dtype, param_dtype=param_dtype,
                           source=config_path)
   params = _read_params(path, config)

@@ -258,6 +258,16 @@ def test_unsupported_rope_type_is_named(broken):
     hf.load_pretrained(path)
 
 
+def test_llama3_rope_missing_a_key_is_named(broken):
+  # transformers itself rejects the config while reading it; that is a CheckpointError too.
+  path = broken("llama3_rope")
+  _edit_json(os.path.join(path, "config.json"),
+             lambda c: c["rope_parameters"].pop("low_freq_factor"))
+  with pytest.raises(hf.CheckpointError, match=r"config\.json: .*low_freq_factor") as error:
+    hf.load_pretrained(path)
+  assert "\n" not in str(error.value)
+
+
 def test_missing_weights_file_is_named(broken):
   path = broken()
   os.remove(os.path.join(path, "model.safetensors"))
