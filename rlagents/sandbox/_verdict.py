@@ -17,8 +17,10 @@ What each trick earns:
 * objects with custom `__eq__`/`__hash__`, or builtin subclasses: not a plain value, so the test
   fails; flagged.
 * printing an imitation of the summary line: the verdict never reads the output; flagged.
-* faking the records themselves: the expected values are not in the sandbox, so a faked record
-  passes only by holding the right value, which is solving the task.
+* faking the records themselves: they carry a nonce the driver read from standard input before
+  the code was imported, so a faked record is flagged unless the code digs the nonce out of the
+  interpreter's memory; even then the expected values are not in the sandbox, so a faked
+  record passes only by holding the right value, which is solving the task.
 """
 
 import ast
@@ -162,13 +164,20 @@ def run_tests(solution: str, tests: Mapping[str, str], *,
     expected.update({f"{module}.{test}": v for test, v in values.items()})
   with open(_DRIVER) as f:
     driver = f.read().replace("\nTESTS = []", f"\nTESTS = {plan!r}", 1)
+  nonce = os.urandom(16).hex()
   run = _sandbox.run_python(driver, files={"solution.py": solution}, pinned=pinned,
-                            limits=limits, channel=True)
-  return judge(run, expected)
+                            limits=limits, channel=True, stdin=nonce + "\n")
+  return judge(run, expected, nonce)
 
 
-def judge(run: _sandbox.SandboxResult, expected: Mapping[str, list]) -> TestVerdict:
-  """The verdict on `run`'s result channel against `expected` (test -> values)."""
+def judge(run: _sandbox.SandboxResult, expected: Mapping[str, list], nonce: str) -> TestVerdict:
+  """The verdict on `run`'s result channel against `expected` (test -> values).
+
+  Args:
+    run: the sandbox run of `_verdict_driver.py`.
+    expected: test (`module.function`) -> the values its asserts expect.
+    nonce: what the driver was given on standard input; records without it are forgeries.
+  """
   reported, flags, ended = {}, [], False
 
   def flag(detail):
@@ -182,6 +191,9 @@ def judge(run: _sandbox.SandboxResult, expected: Mapping[str, list]) -> TestVerd
     if not isinstance(record, dict):
       flag("a malformed record on the result channel")
       break
+    if record.get("nonce") != nonce:
+      flag("a record the harness did not write on the result channel")
+      continue
     if ended:
       flag("records after the end of the report")
       break

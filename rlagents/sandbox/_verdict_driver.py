@@ -3,7 +3,9 @@
 The host copies this file in as `main.py` with `TESTS` filled in. It never judges: it imports
 each pinned test module (whose tests `return` the values their asserts compared), calls every
 test the host named, and writes one JSON record per test on the result channel, a file
-descriptor the host opened outside the run's directory:
+descriptor the host opened outside the run's directory. Each record carries a nonce the host
+sent on standard input, read before the code under test is imported, so a record the code
+writes itself is told apart unless it digs the nonce out of this interpreter's memory:
 
     {"test": "test_solution.test_case_0", "value": ["int", "5"]}
     {"test": "...", "raised": "ZeroDivisionError", "base": false}
@@ -17,6 +19,7 @@ value. The host decodes the records into builtins of its own and compares them w
 expected values, which never enter the sandbox. Code under test can corrupt or fake these
 records (it runs in this interpreter), but it cannot learn the expected values from them, so a
 faked record passes only by being right, and a missing one fails.
+(The records above are shown without their `"nonce"` field.)
 
 `decode` is the host's half of the encoding, kept here so the format has one definition.
 """
@@ -99,24 +102,32 @@ def _watched():
   watched.update({f"sys.modules[{k!r}]": sys.modules.get(k)
                   for k in ("builtins", "sys", "json", "unittest", "importlib")})
   watched.update({f"sys.{k}": getattr(sys, k) for k in ("exit", "excepthook", "flags")})
+  watched.update({"sys.gettrace()": sys.gettrace(), "sys.getprofile()": sys.getprofile()})
   return watched
 
 
 def _main():
   channel = int(os.environ.pop("SANDBOX_CHANNEL_FD"))
+  nonce = sys.stdin.readline().strip()
   write, dumps = os.write, json.dumps
   baseline = _watched()
 
   def emit(record):
+    record["nonce"] = nonce
     text = dumps(record)
     if len(text) > MAX_RECORD_CHARS:
-      text = dumps({"test": record.get("test"), "raised": "value too large", "base": False})
+      text = dumps({"test": record.get("test"), "raised": "value too large", "base": False,
+                    "nonce": nonce})
     write(channel, (text + "\n").encode())
 
-  def check_runtime():
+  def check_runtime(module=None, tests=None):
     now = _watched()
     changed = sorted(k for k in set(baseline) | set(now)
                      if baseline.get(k, baseline) is not now.get(k, now))
+    for name, (function, code) in (tests or {}).items():
+      # The tests are called as they were defined; a swapped one or its code is a patch.
+      if getattr(module, name, None) is not function or function.__code__ is not code:
+        changed.append(f"{module.__name__}.{name}")
     if changed:
       emit({"patched": changed[:8]})
 
@@ -129,10 +140,14 @@ def _main():
               "base": not isinstance(e, Exception)})
       check_runtime()
       continue
+    tests = {}
+    for name in names:
+      function = getattr(module, name, None)
+      tests[name] = (function, getattr(function, "__code__", None))
     for name in names:
       test = f"{module_name}.{name}"
       try:
-        value = getattr(module, name)()
+        value = tests[name][0]()
       except BaseException as e:  # pylint: disable=broad-except
         emit({"test": test, "raised": type(e).__name__, "base": not isinstance(e, Exception)})
       else:
@@ -140,7 +155,7 @@ def _main():
           emit({"test": test, "value": encode(value)})
         except (TypeError, RecursionError) as e:
           emit({"test": test, "opaque": str(e)[:80]})
-      check_runtime()
+      check_runtime(module, tests)
   emit({"end": True})
 
 
