@@ -2,8 +2,12 @@
 
 The agent reads the buggy source, may run the pinned tests against a candidate with the
 `run_tests` tool, and answers with the fixed source. The reward is +1 only when the pinned tests,
-run again in a fresh sandbox, pass on the answer with no violation; a run that tried to change a
-test is flagged and scores 0. Host code.
+run again in a fresh sandbox, pass on the answer with no violation. The verdict is the host's
+(`sandbox.run_tests`): each test is an `assert <call> == <literal>`; only the calls enter the
+sandbox, their values come back as plain builtins and are compared here with the literals, which
+the answer never sees. An answer that tried to change a test or to forge the verdict (exit early,
+raise `SystemExit`, patch builtins or `unittest`, return objects with custom comparisons, print
+a fake summary) is flagged and scores 0. Host code.
 
 Functions come from a few bug families (off-by-one slice, flipped comparison, wrong operator,
 wrong constant), each instantiated with its own name and constant, so the splits (by a hash of
@@ -14,6 +18,7 @@ import dataclasses
 
 import numpy as np
 
+from rlagents import sandbox
 from rlagents.tasks import _records
 
 SPLITS = _records.SPLITS
@@ -117,10 +122,25 @@ def generate_suite(config: CodeFixSuiteConfig) -> dict[str, list[CodeFixTask]]:
   return tasks
 
 
+def check_tests(task: CodeFixTask, where: str = "task") -> CodeFixTask:
+  """`task`, once its pinned tests are known to have the form the verdict needs.
+
+  Raises:
+    TaskFileError: naming `where`, the test and the line of a test of another form.
+  """
+  try:
+    sandbox.split_pinned_test(TEST_FILE, task.tests)
+  except ValueError as e:
+    raise _records.TaskFileError(f"{where}: field 'tests': {e}") from None
+  return task
+
+
 def from_record(record, where: str = "task") -> CodeFixTask:
-  return _records.from_record(CodeFixTask, record, where)
+  return check_tests(_records.from_record(CodeFixTask, record, where), where)
 
 
 def load_task_file(path) -> list[CodeFixTask]:
-  """Reads code-fix tasks from JSONL; a missing field is a `TaskFileError` naming it."""
-  return _records.load_task_file(CodeFixTask, path)
+  """Reads code-fix tasks from JSONL; a missing field or a test of a form the verdict cannot
+  judge is a `TaskFileError` naming it."""
+  return [check_tests(task, f"{path} task {number}")
+          for number, task in enumerate(_records.load_task_file(CodeFixTask, path), start=1)]
