@@ -1,6 +1,10 @@
 """Runs inside the sandboxed child before the agent's code (standard library only).
 
-    python -I _bootstrap.py ROOT REPORT_FD SCRIPT
+    python -I -S _bootstrap.py ROOT REPORT_FD SCRIPT SITE_DIRS
+
+The interpreter starts without `site` (`-S`): the host's site directories (`SITE_DIRS`, joined
+by `os.pathsep`) are put on `sys.path` here, without running their `.pth` hooks, which would
+import host-only code (an editable install's finder) at a cost of tens of milliseconds a run.
 
 Installs an audit hook that refuses, and reports on `REPORT_FD`, every socket, every new process
 and every file access outside `ROOT` (reads of the interpreter's own files excepted), then runs
@@ -15,9 +19,11 @@ import sys
 
 def _main():
   root, report_fd, script = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+  site_dirs = [p for p in sys.argv[4].split(os.pathsep) if p]
+  sys.path.extend(site_dirs)
   root = os.path.realpath(root)
   readable = tuple({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
-                                                  sys.base_exec_prefix)}) + (
+                                                  sys.base_exec_prefix, *site_dirs)}) + (
                                                       os.path.realpath(__file__),)
   pinned = frozenset(os.path.realpath(os.path.join(root, p))
                      for p in os.environ.pop("SANDBOX_PINNED", "").split("\0") if p)
@@ -83,10 +89,16 @@ def _main():
 
   os.chdir(root)
   sys.path[:0] = [root]
+  with open(script, "rb") as f:
+    source = f.read()
   sys.addaudithook(hook)
   sys.argv = [script]
-  import runpy  # pylint: disable=g-import-not-at-top
-  runpy.run_path(script, run_name="__main__")
+  # As `runpy.run_path` would, without importing it (and `typing`, `re`, ...) on every run.
+  main = type(sys)("__main__")
+  main.__file__ = script
+  main.__builtins__ = __builtins__
+  sys.modules["__main__"] = main
+  exec(compile(source, script, "exec"), vars(main))  # pylint: disable=exec-used
 
 
 _main()

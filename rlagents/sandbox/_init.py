@@ -1,6 +1,9 @@
 """The first process of a sandbox's namespaces (standard library only; runs as root).
 
-    unshare --pid --mount --net --fork --kill-child -- python -I -S _init.py SPEC_JSON
+    unshare --pid --mount --net --fork --kill-child -- python -I -S _init.py SPEC
+
+(SPEC: the run's settings, `marshal`led and hex-encoded. The script imports only what a run
+needs, and `_signal` rather than `signal`, to keep the cost of every run's start low.)
 
 `unshare` has made fresh pid, mount and network namespaces; this script is process 1 of the
 pid namespace. It builds the run's filesystem and then stays as the namespace's init:
@@ -24,12 +27,11 @@ Any failure to set up is written on the status channel as `error <what>` and end
 the child starts; the host raises `SandboxUnavailable` with it.
 """
 
+import _signal as signal
 import ctypes
-import json
+import marshal
 import os
-import platform
 import resource
-import signal
 import sys
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -85,7 +87,7 @@ def _build_root(spec):
   os.makedirs(new + "/proc", mode=0o555)
   _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
   os.chdir(new)
-  number = SYS_PIVOT_ROOT.get(platform.machine())
+  number = SYS_PIVOT_ROOT.get(os.uname().machine)
   if number is not None:
     # The old root is stacked under the new one, then detached: the host's tree is gone.
     _check(_LIBC.syscall(ctypes.c_long(number), b".", b"."), "pivot_root")
@@ -155,7 +157,7 @@ def _kill_all():
 
 
 def _main():
-  spec = json.loads(sys.argv[1])
+  spec = marshal.loads(bytes.fromhex(sys.argv[1]))
   status_fd = spec["status_fd"]
   os.set_inheritable(status_fd, False)
   try:

@@ -34,12 +34,14 @@ and flag the episode.
 
 import dataclasses
 import hashlib
-import json
+import marshal
 import os
 import pwd
 import resource
+import select
 import shutil
 import signal
+import site
 import subprocess
 import sys
 import tempfile
@@ -430,6 +432,11 @@ def _write(path: str, data: bytes, mode: int) -> None:
   os.chmod(path, mode)
 
 
+def _site_dirs() -> list[str]:
+  """This interpreter's site-packages directories (the child starts without `site`)."""
+  return [p for p in site.getsitepackages() if os.path.isdir(p)]
+
+
 def _read_only_view() -> tuple[list[str], dict[str, str]]:
   """(directories and files bound read-only into a kernel-mode run, root symlinks to copy)."""
   wanted = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
@@ -481,18 +488,20 @@ def _run_in(root, code, files, pinned_bytes, digests, limits, rlimits, uid, use_
   if channel:
     env["SANDBOX_CHANNEL_FD"] = str(channel_fd)
   extra_fds = (report_write, channel_fd) if channel else (report_write,)
-  child_argv = [sys.executable, "-I", "-B", os.path.realpath(_BOOTSTRAP), work,
-                str(report_write), "main.py"]
+  child_argv = [sys.executable, "-I", "-S", "-B", os.path.realpath(_BOOTSTRAP), work,
+                str(report_write), "main.py", os.pathsep.join(_site_dirs())]
   violations = []
+  stdin_path = os.path.join(root, "stdin")
+  _write(stdin_path, stdin.encode(), 0o600)
   with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err, os.fdopen(
-      channel_fd, "rb", closefd=True) as _:
+      channel_fd, "rb", closefd=True) as _, open(stdin_path, "rb") as stdin_file:
     if limits.isolation == "kernel":
       code_, wall, isolation, out_of_memory = _launch_kernel(
           root, work, child_argv, env, pinned_bytes, limits, rlimits, uid, extra_fds,
-          stdin, out, err, violations)
+          stdin_file, out, err, violations)
     else:
       code_, wall = _launch_hook(child_argv, env, work, limits, rlimits, uid, use_netns,
-                                 extra_fds, stdin, out, err, violations)
+                                 extra_fds, stdin_file, out, err, violations)
       isolation, out_of_memory = "hook", False
   with open(channel_path, "rb") as f:
     channel_bytes = f.read(limits.max_output_bytes)
@@ -560,13 +569,12 @@ def _launch_hook(child_argv, env, work, limits, rlimits, uid, use_netns, fds, st
   if use_netns:
     argv = [shutil.which("unshare"), "-n", "--"] + argv
   start = time.monotonic()
-  process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, env=env,
+  process = subprocess.Popen(argv, stdin=stdin, stdout=out, stderr=err, env=env,
                              cwd=work, preexec_fn=preexec, pass_fds=fds)
   os.close(fds[0])
   try:
-    process.communicate(stdin.encode(), timeout=limits.wall_seconds)
-  except subprocess.TimeoutExpired:
-    violations.append(Violation("timeout", f"over {limits.wall_seconds} s wall clock"))
+    if not _wait_for(process, limits.wall_seconds):
+      violations.append(Violation("timeout", f"over {limits.wall_seconds} s wall clock"))
   finally:
     _kill_group(process)
   return process.returncode, time.monotonic() - start
@@ -589,20 +597,18 @@ def _launch_kernel(root, work, child_argv, env, pinned_bytes, limits, rlimits, u
       "status_fd": status_write, "cgroup_procs": [os.path.join(d, "cgroup.procs")
                                                   for d in cgroups]}
   argv = [shutil.which("unshare"), "--pid", "--mount", "--net", "--fork", "--kill-child", "--",
-          sys.executable, "-I", "-S", "-B", _INIT, json.dumps(spec)]
+          sys.executable, "-I", "-S", "-B", _INIT, marshal.dumps(spec).hex()]
   start = time.monotonic()
   try:
-    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err,
+    process = subprocess.Popen(argv, stdin=stdin, stdout=out, stderr=err,
                                env={"PATH": env["PATH"], "LANG": env["LANG"]},
                                cwd=root, start_new_session=True,
                                pass_fds=fds + (status_write,))
     os.close(fds[0])
     os.close(status_write)
-    host_timeout = False
     try:
-      process.communicate(stdin.encode(), timeout=limits.wall_seconds + _HOST_GRACE_SECONDS)
-    except subprocess.TimeoutExpired:
-      host_timeout = True  # Process 1 did not end the run itself: end it from here.
+      # Process 1 ends the run at the wall clock; past the grace, the host ends it.
+      host_timeout = not _wait_for(process, limits.wall_seconds + _HOST_GRACE_SECONDS)
     finally:
       _kill_group(process)
     wall = time.monotonic() - start
@@ -627,6 +633,23 @@ def _launch_kernel(root, work, child_argv, env, pinned_bytes, limits, rlimits, u
                              f"{process.returncode}): "
                              + _read_capped(err.name, 2000).strip()[-500:])
   return code_, wall, "kernel+cgroup" if cgroups else "kernel", out_of_memory
+
+
+def _wait_for(process: subprocess.Popen, timeout: float) -> bool:
+  """Whether `process` ended within `timeout` seconds (woken by its exit, not by polling)."""
+  try:
+    pidfd = os.pidfd_open(process.pid)
+  except (AttributeError, OSError):  # Before Linux 5.3: Popen's polling wait.
+    try:
+      process.wait(timeout)
+      return True
+    except subprocess.TimeoutExpired:
+      return False
+  try:
+    ready, _, _ = select.select([pidfd], [], [], timeout)
+  finally:
+    os.close(pidfd)
+  return bool(ready)
 
 
 def _kill_group(process: subprocess.Popen) -> None:
