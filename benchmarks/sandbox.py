@@ -1,0 +1,154 @@
+r"""Cost of one sandboxed run: kernel isolation (now) vs the sandbox before it, side by side.
+
+    python benchmarks/sandbox.py --json=/tmp/sandbox.json
+
+"before" is the sandbox module as it was at `--before_commit` (the commit before kernel
+isolation), read from git into a temporary directory outside the repository and imported from
+there: `unshare -n` + `setpriv` + the audit-hook bootstrap. "after" is this checkout's sandbox
+with its defaults (`isolation="kernel"`: pid, mount and network namespaces built by process 1,
+the unprivileged user, a memory and pids cgroup where allowed). "after, hook" is this checkout's
+weaker mode, as context. Same limits on every side. Two workloads:
+
+- `run`: `run_python("print(1)")`, the fixed cost of a run;
+- `verdict`: one code-fix task's 3 pinned tests on its reference fix. before: the unit-test
+  runner of `--before_commit` (read from its `tools/_builtins.py`), which ran the test module in
+  the sandbox and trusted the exit status; after: `sandbox.run_tests`, judged on the host.
+
+The sides run one after the other in interleaved rounds (before, after, after-hook, before,
+...), `--runs` runs a block. Figure: runs per second of each block, and the per-round ratio
+after / before (below 1: the isolated run is slower); median [min, max] over `--rounds` rounds.
+Prints the figures and writes them to `--json`; never fails on a time.
+"""
+
+import ast
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+
+from rlagents import sandbox
+from rlagents.metrics import cpu_model
+from rlagents.tasks import codefix
+
+_ROUNDS = flags.DEFINE_integer("rounds", 5, "Interleaved rounds.")
+_RUNS = flags.DEFINE_integer("runs", 10, "Sandbox runs per side per round.")
+_BEFORE = flags.DEFINE_string("before_commit", "f309aae4798070e73553f22c1a2dd5696eeba2c4",
+                              "The commit whose sandbox is 'before'.")
+_JSON = flags.DEFINE_string("json", None, "Also write the figures to this JSON file.")
+
+_LIMITS = dict(cpu_seconds=2, wall_seconds=5, memory_bytes=256 * 2**20)
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _git_show(commit, path):
+  return subprocess.run(["git", "-C", _REPO, "show", f"{commit}:{path}"], check=True,
+                        capture_output=True, text=True).stdout
+
+
+def _load_before(commit, directory):
+  """The sandbox module and the unit-test runner source of `commit`, from `directory`."""
+  for name in ("_sandbox.py", "_bootstrap.py"):
+    with open(os.path.join(directory, name), "w") as f:
+      f.write(_git_show(commit, f"rlagents/sandbox/{name}"))
+  spec = importlib.util.spec_from_file_location("sandbox_before",
+                                                os.path.join(directory, "_sandbox.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  tree = ast.parse(_git_show(commit, "rlagents/tools/_builtins.py"))
+  runner = next(node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                and getattr(node.targets[0], "id", "") == "_TEST_RUNNER")
+  return module, runner
+
+
+def _workloads(before, runner):
+  task = codefix.generate_suite(codefix.CodeFixSuiteConfig(num_tasks=10))["train"][0]
+  tests = {codefix.TEST_FILE: task.tests}
+  old_limits = before.SandboxLimits(**_LIMITS)
+  now, hook = sandbox.SandboxLimits(**_LIMITS), sandbox.SandboxLimits(**_LIMITS, isolation="hook")
+  # As the unit-test tool of that commit called its runner.
+  old_code = ("import sys, runpy\nsys.argv = ['runner'] + " + repr([n[:-3] for n in tests]) +
+              "\nexec(compile(" + repr(runner) + ", 'runner', 'exec'))\n")
+  return {
+      "run": {"before": lambda: before.run_python("print(1)", limits=old_limits).ok,
+              "after": lambda: sandbox.run_python("print(1)", limits=now).ok,
+              "after_hook": lambda: sandbox.run_python("print(1)", limits=hook).ok},
+      "verdict": {
+          "before": lambda: before.run_python(old_code, files={"solution.py": task.reference_fix},
+                                              pinned=tests, limits=old_limits).ok,
+          "after": lambda: sandbox.run_tests(task.reference_fix, tests, limits=now).ok,
+          "after_hook": lambda: sandbox.run_tests(task.reference_fix, tests, limits=hook).ok},
+  }
+
+
+def _block(fn, runs):
+  start = time.perf_counter()
+  for _ in range(runs):
+    if not fn():
+      raise RuntimeError("a benchmark run did not succeed; the figures would be meaningless")
+  return runs / (time.perf_counter() - start)
+
+
+def _stats(values):
+  return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def main(argv):
+  del argv
+  problem = sandbox.kernel_isolation_problem()
+  if problem is not None:
+    print(f"kernel isolation cannot run here: it needs {problem}")
+    return
+  directory = tempfile.mkdtemp(prefix="rlagents_sandbox_before_")
+  os.chmod(directory, 0o755)  # the old bootstrap is read by the unprivileged child
+  try:
+    before, runner = _load_before(_BEFORE.value, directory)
+    figures = _measure(_workloads(before, runner))
+  finally:
+    shutil.rmtree(directory, ignore_errors=True)
+  print(f"{figures['cpu']}, {figures['cores']} cores, Python {figures['python']}, "
+        f"Linux {figures['kernel']}; after = {figures['mode_after']}, before = "
+        f"{_BEFORE.value[:10]}")
+  print(f"{'workload':9s} {'before runs/s':>21s} {'after runs/s':>21s} "
+        f"{'after, hook runs/s':>21s} {'after/before':>21s}")
+  for name, f in figures["workloads"].items():
+    cells = [f[k] for k in ("before_runs_per_s", "after_runs_per_s", "after_hook_runs_per_s",
+                            "ratio_after_over_before")]
+    print(f"{name:9s} " + " ".join(
+        f"{c['median']:7.2f} [{c['min']:.2f}, {c['max']:.2f}]".rjust(21) for c in cells))
+  if _JSON.value:
+    with open(_JSON.value, "w") as out:
+      json.dump(figures, out, indent=2)
+
+
+def _measure(workloads):
+  for sides in workloads.values():  # warm up: page cache, the first cgroup, imports
+    for fn in sides.values():
+      _block(fn, 2)
+  figures = {"cpu": cpu_model(), "python": platform.python_version(),
+             "kernel": platform.release(), "cores": os.cpu_count(),
+             "mode_after": sandbox.isolation_mode(sandbox.SandboxLimits(**_LIMITS)),
+             "before_commit": _BEFORE.value, "runs_per_block": _RUNS.value,
+             "rounds": _ROUNDS.value, "workloads": {}}
+  for name, sides in workloads.items():
+    rates = {side: [] for side in sides}
+    for _ in range(_ROUNDS.value):
+      for side, fn in sides.items():
+        rates[side].append(_block(fn, _RUNS.value))
+    ratios = [a / b for a, b in zip(rates["after"], rates["before"])]
+    figures["workloads"][name] = {
+        **{f"{side}_runs_per_s": _stats(values) for side, values in rates.items()},
+        "ratio_after_over_before": _stats(ratios)}
+  return figures
+
+
+if __name__ == "__main__":
+  app.run(main)
