@@ -53,7 +53,7 @@ _JSON = flags.DEFINE_string("json", None, "Also write the figures to this JSON f
 def _setup():
   """Tasks, tokenizer, model and warm-started parameters, as the job's smoke config has them."""
   import jax  # pylint: disable=g-import-not-at-top
-  from rlagents import hf, learners, networks, rollout, tasks, tools  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from rlagents import episodes, hf, learners, networks, rollout, tasks, tools  # pylint: disable=g-import-not-at-top,g-multiple-import
   from rlagents.tasks import calculator_expert  # pylint: disable=g-import-not-at-top
   from rlagents.pipeline import _config  # pylint: disable=g-import-not-at-top
 
@@ -75,7 +75,7 @@ def _setup():
       calculator_expert.NoisyExpert(calculator_expert.NoisyExpertConfig()), suite["train"],
       toolbox=tools.ToolBox([tools.CalculatorTool(failure_rate=0.2)]), rng=rng,
       max_tool_calls=_MAX_TOOL_CALLS.value)
-  data = rollout.stack_episodes(demos, tokenizer, length)
+  data = episodes.stack_episodes(demos, tokenizer, length)
   state = learners.create_train_state(model, params, learners.OptimizerConfig(
       learning_rate=3e-3, warmup_steps=20, decay_steps=max(_SFT_STEPS.value - 20, 1)))
   update = learners.make_sft_step()

@@ -1,4 +1,4 @@
-r"""Trains a tool-using agent: SFT on a noisy expert, then GRPO, then evaluation.
+r"""Trains a tool-using agent: SFT on the suite's expert, then RL (GRPO by default), then evaluation.
 
     python -m experiments.train_agent --workdir=/tmp/rlagents_calc
     python -m experiments.train_agent --workdir=/tmp/smoke \
@@ -9,6 +9,10 @@ r"""Trains a tool-using agent: SFT on a noisy expert, then GRPO, then evaluation
         --config.scripted_policy=pad      # a scripted hacking policy; the report counts it
     python -m experiments.train_agent --workdir=/tmp/codefix --config.task=codefix \
         --config.scripted_policy=edit_test      # the report counts the tampering
+    python -m experiments.train_agent --workdir=/tmp/mine --config.task=my_pkg.my_task:suite
+        # a user's suite: a factory `(config, data_dir) -> rlagents.tasks.TaskSuite`
+    python -m experiments.train_agent --workdir=/tmp/ppo --config.algorithm=ppo
+        # any registered phase after SFT (rlagents.pipeline.phases)
 """
 
 import os
@@ -20,6 +24,7 @@ from absl import logging
 from ml_collections import config_flags
 
 from rlagents import checkpoint
+from rlagents import parallel
 from rlagents import pipeline
 
 
@@ -53,9 +58,11 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
   try:
+    # Several processes (RLAGENTS_COORDINATOR / SLURM / Cloud TPU): one job over all devices.
+    parallel.initialize()
     config = pipeline.config_from_dict(_CONFIG.value.to_dict())
     report = pipeline.train_and_evaluate(config, _WORKDIR.value)
-  except (pipeline.ConfigError, pipeline.JobError, checkpoint.CheckpointError) as e:
+  except (pipeline.ConfigError, pipeline.JobError, checkpoint.CheckpointError, ValueError) as e:
     sys.exit(f"error: {e}")
   if config.task == "codefix" or config.scripted_policy:
     for split, summary in report["splits"].items():
@@ -64,9 +71,8 @@ def main(argv):
     print(f"report: {os.path.join(_WORKDIR.value, 'report.json')}")
     return
   heldout = report["splits"]["heldout"]
-  print("heldout success: expert {:.3f}  sft {:.3f}  {} {:.3f}".format(
-      heldout["expert"]["success"], heldout["sft"]["success"], config.algorithm,
-      heldout[config.algorithm]["success"]))
+  print("heldout success: " + "  ".join(f"{name} {entry['success']:.3f}"
+                                        for name, entry in heldout.items()))
   print(f"report: {os.path.join(_WORKDIR.value, 'report.json')}")
 
 

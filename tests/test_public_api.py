@@ -31,8 +31,7 @@ _INTERNAL = {
         "reduce_across",
         # preference-file writing and batching shared with the RLHF pipeline and the
         # DPO/KTO/reward-model trainers
-        "write_jsonl", "completion_text", "pair_records", "feedback_records", "encode",
-        "trim_batch"},
+        "encode"},
 }
 
 

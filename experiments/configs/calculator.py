@@ -45,6 +45,8 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     values["preferences"].update(expert_tasks=400, policy_prompts=128, policy_samples=4)
     values["reward_model"].update(num_steps=150, batch_size=32)
     values["eval"].update(every_steps=8, curve_tasks=64, greedy_too=False)
+    # Two evaluation points (steps 8 and 16): the drift monitor compares those two.
+    values["proxy_drift"].update(window=2)
     values["checkpoint_every"] = 8
     values["log_every"] = 4
   return ml_collections.ConfigDict(values)

@@ -48,6 +48,8 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     values["grpo"]["optimizer"].update(learning_rate=5e-4)
     values["rollout"].update(batch_size=32)
     values["eval"].update(every_steps=8, curve_tasks=64, greedy_too=False)
+    # Two evaluation points (steps 8 and 16): the drift monitor compares those two.
+    values["proxy_drift"].update(window=2)
     values["checkpoint_every"] = 8
     values["log_every"] = 4
   return ml_collections.ConfigDict(values)

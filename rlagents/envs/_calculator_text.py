@@ -28,11 +28,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlagents import episodes as episodes_lib
 from rlagents import tools as tools_lib
-from rlagents.tools import _jax_calculator
+
+# The calculator's status codes are indexes into `tools.CALL_STATUSES`.
+_CALL_OK = tools_lib.CALL_STATUSES.index(tools_lib.CallStatus.OK)
+_CALL_BUSY = tools_lib.CALL_STATUSES.index(tools_lib.CallStatus.TRANSIENT_ERROR)
 
 _MAX_ANSWER_DIGITS = 32  # parse_answer reads at most 32 digits
-_SPECIALS = ("<bos>", "<eos>", "<call>", "</call>", "<obs>", "</obs>", "<answer>", "</answer>")
 
 
 @flax.struct.dataclass
@@ -136,7 +139,7 @@ class CalculatorTextEnv:
       raise ValueError("CalculatorTextEnv needs at least one task")
     calculator = tools_lib.JaxCalculator.from_tokenizer(
         tokenizer, failure_rate=failure_rate, max_call_tokens=max_segment_tokens)
-    special = {name: tokenizer.convert_tokens_to_ids(name) for name in _SPECIALS}
+    special = {name: tokenizer.convert_tokens_to_ids(name) for name in episodes_lib.MARKERS}
     digit_ids = calculator.digit_tokens
     n = len(tasks)
     prompts = np.zeros((n, max_length), np.int32)
@@ -167,7 +170,7 @@ class CalculatorTextEnv:
   @property
   def stop_tokens(self) -> tuple[int, ...]:
     """The tokens that end a segment: the host sampler's (`</call>`, `</answer>`, EOS)."""
-    return (self.special["</call>"], self.special["</answer>"], self.special["<eos>"])
+    return tuple(self.special[name] for name in episodes_lib.STOP_MARKERS)
 
   def reset(self, task: jax.Array) -> TextEpisode:
     """A new episode of task `task` (int32 scalar): the prompt, nothing written yet."""
@@ -200,13 +203,13 @@ class CalculatorTextEnv:
     cls = jnp.asarray(self.calculator.char_class)[window]
     index = jnp.arange(window.shape[0])
     inside = index < length
-    not_space = inside & (cls != _jax_calculator._SPACE)  # pylint: disable=protected-access
+    not_space = inside & (cls != tools_lib.CharClass.SPACE)
     first = jnp.argmax(not_space)
     last = window.shape[0] - 1 - jnp.argmax(not_space[::-1])
-    negative = cls[first] == _jax_calculator._MINUS  # pylint: disable=protected-access
+    negative = cls[first] == tools_lib.CharClass.MINUS
     digits_from = first + negative.astype(jnp.int32)
     body = (index >= digits_from) & (index <= last)
-    is_digit = cls == _jax_calculator._DIGIT  # pylint: disable=protected-access
+    is_digit = cls == tools_lib.CharClass.DIGIT
     count = last - digits_from + 1
     well_formed = (jnp.any(not_space) & (count >= 1) & (count <= _MAX_ANSWER_DIGITS)
                    & jnp.all(jnp.where(body, is_digit, True)))
@@ -225,7 +228,7 @@ class CalculatorTextEnv:
   def step(self, episode: TextEpisode, segment: Segment, key: jax.Array) -> TextEpisode:
     """Reads the segment the policy wrote, runs the tool or ends the episode.
 
-    As the host's `rollout._episode.advance`: `</answer>` ends the episode with the text after
+    As the host's `episodes.advance`: `</answer>` ends the episode with the text after
     the segment's last `<answer>`; `</call>` with fewer than `max_tool_calls` calls so far runs
     the calculator on the text after the segment's last `<call>` and appends
     `<obs>{observation}</obs>`, unless that would fill the buffer, which ends the episode
@@ -258,13 +261,13 @@ class CalculatorTextEnv:
 
     # The call's record: its stripped text (repeats are found on it) and status.
     cls = jnp.asarray(self.calculator.char_class)[call]
-    not_space = (jnp.arange(call.shape[0]) < call_length) & (cls != _jax_calculator._SPACE)  # pylint: disable=protected-access
+    not_space = (jnp.arange(call.shape[0]) < call_length) & (cls != tools_lib.CharClass.SPACE)
     first = jnp.argmax(not_space)
     stripped_length = jnp.where(
         jnp.any(not_space), call.shape[0] - jnp.argmax(not_space[::-1]) - first, 0)
     stripped, _ = self._window(call, first, first + stripped_length)
     slot = jnp.where(calls, episode.num_calls, self.max_tool_calls)
-    ok = result.status == _jax_calculator.OK
+    ok = result.status == _CALL_OK
     useful = (calls & ok & jnp.asarray(self.answer_fits)[episode.task]
               & (result.value == jnp.asarray(self.answer_value)[episode.task]))
     return episode.replace(
@@ -285,7 +288,7 @@ class CalculatorTextEnv:
   def reward_terms(self, episode: TextEpisode) -> dict[str, jax.Array]:
     """The raw values of `rewards.TERMS` for one finished episode (float32 scalars)."""
     made = episode.call_status >= 0
-    ok = episode.call_status == _jax_calculator.OK
+    ok = episode.call_status == _CALL_OK
     index = jnp.arange(self.max_tool_calls)
     w = jnp.arange(self.max_segment_tokens)
     same_text = ((episode.call_text_length[:, None] == episode.call_text_length[None, :])
@@ -293,7 +296,7 @@ class CalculatorTextEnv:
                            | (w >= episode.call_text_length[:, None, None]), axis=-1))
     earlier_ok = ok[None, :] & (index[None, :] < index[:, None])
     redundant = ok & jnp.any(same_text & earlier_ok, axis=1)
-    busy = episode.call_status == _jax_calculator.TRANSIENT_ERROR
+    busy = episode.call_status == _CALL_BUSY
     invalid = made & ~ok & ~busy  # malformed, unknown tool or rejected arguments
     return {
         "correct_answer": episode.correct.astype(jnp.float32),

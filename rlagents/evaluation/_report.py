@@ -4,7 +4,8 @@ from typing import Sequence
 
 import numpy as np
 
-from rlagents.rollout import Episode
+from rlagents import tools as tools_lib
+from rlagents.episodes import Episode
 
 
 def summarize_episodes(episodes: Sequence[Episode]) -> dict[str, float | None]:
@@ -19,6 +20,7 @@ def summarize_episodes(episodes: Sequence[Episode]) -> dict[str, float | None]:
     no_tool_rate: fraction that answered without any call.
     unanswered_rate: fraction that ended without an answer.
     mean_reward: mean total reward.
+    denied_calls: calls the guardrails refused (allow-list or review gate), in all.
     episodes: how many episodes.
   """
   if not episodes:
@@ -32,5 +34,6 @@ def summarize_episodes(episodes: Sequence[Episode]) -> dict[str, float | None]:
       "no_tool_rate": float(np.mean([not e.calls for e in episodes])),
       "unanswered_rate": float(np.mean([e.answer is None for e in episodes])),
       "mean_reward": float(np.mean([e.reward for e in episodes])),
+      "denied_calls": sum(r.status == tools_lib.CallStatus.DENIED for r in calls),
       "episodes": len(episodes),
   }

@@ -1,9 +1,9 @@
 """Replay: re-executes a logged episode and checks that it reproduces the logged reward.
 
 Each action of the record is fed again, in order, through the episode state machine
-(`rollout.advance`) with fresh tools; every deterministic tool result must equal the logged one.
+(`episodes.advance`) with fresh tools; every deterministic tool result must equal the logged one.
 A transient failure (the calculator's "busy") is the environment's own randomness, so it is
-taken from the log instead of drawn again. The reward is then recomputed by the suite's scorer.
+taken from the log instead of drawn again (and one the log does not have is drawn away). The reward is then recomputed by the suite's scorer.
 Host code.
 """
 
@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from rlagents import tools as tools_lib
-from rlagents.rollout import _episode
+from rlagents import episodes as episodes_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +31,7 @@ class ReplaySuite:
   """
   task_from_dict: Callable[[Mapping[str, Any]], Any]
   make_toolbox: Callable[[Any], tools_lib.ToolBox]
-  score: Callable[[_episode.Episode], tuple[float, dict[str, float]]]
+  score: Callable[[episodes_lib.Episode], tuple[float, dict[str, float]]]
   group_terms: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
@@ -51,6 +51,9 @@ class ReplayReport:
   logged_reward: float
 
 
+_MAX_REDRAWS = 100
+
+
 class _LoggedTransients:
   """Wraps a toolbox so logged transient failures are returned as logged."""
 
@@ -63,6 +66,13 @@ class _LoggedTransients:
     logged = self.logged[self.index] if self.index < len(self.logged) else None
     self.index += 1
     result = self.toolbox.execute(call_text, rng)
+    # A transient failure drawn now that the log does not have is drawn again: the tool's
+    # own randomness is the log's, not the replay's.
+    for _ in range(_MAX_REDRAWS):
+      if (result.status != tools_lib.CallStatus.TRANSIENT_ERROR or logged is None
+          or logged["status"] == tools_lib.CallStatus.TRANSIENT_ERROR.value):
+        break
+      result = self.toolbox.execute(call_text, rng)
     if (logged is not None and logged["status"] == tools_lib.CallStatus.TRANSIENT_ERROR.value
         and result.status == tools_lib.CallStatus.OK):
       return tools_lib.ToolResult(result.call, tools_lib.CallStatus.TRANSIENT_ERROR,
@@ -80,16 +90,16 @@ def replay_record(record: Mapping[str, Any], suite: ReplaySuite, *,
   task = suite.task_from_dict(record["task"])
   calls = [a for a in record["actions"] if a["kind"] == "call"]
   toolbox = _LoggedTransients(suite.make_toolbox(task), calls)
-  episode = _episode.Episode(task)
+  episode = episodes_lib.Episode(task)
   rng = np.random.default_rng(0)
   for index, action in enumerate(record["actions"]):
     if episode.done:
       return ReplayReport(False, f"action {index}: the episode had already ended", None,
                           logged_reward)
     if action["kind"] == "truncated":
-      _episode.end_unanswered(episode, action["text"])
+      episodes_lib.end_unanswered(episode, action["text"])
       continue
-    _episode.advance(episode, action["text"], toolbox=toolbox, rng=rng,
+    episodes_lib.advance(episode, action["text"], toolbox=toolbox, rng=rng,
                      max_tool_calls=max_tool_calls)
     replayed = episode.actions[-1]
     if replayed.kind != action["kind"]:
@@ -103,7 +113,7 @@ def replay_record(record: Mapping[str, Any], suite: ReplaySuite, *,
           return ReplayReport(False, f"action {index}: {field} {value!r}, logged "
                               f"{action[field]!r}", None, logged_reward)
   if not episode.done:
-    _episode.end_unanswered(episode)
+    episodes_lib.end_unanswered(episode)
   if episode.answer != record["answer"]:
     return ReplayReport(False, f"answer {episode.answer!r}, logged {record['answer']!r}", None,
                         logged_reward)

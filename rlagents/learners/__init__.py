@@ -3,12 +3,15 @@
 from rlagents.learners._preference_data import encode_feedback
 from rlagents.learners._preference_data import encode_pairs
 from rlagents.learners._preference_data import Feedback
+from rlagents.learners._preference_data import feedback_records
 from rlagents.learners._preference_data import load_feedback
 from rlagents.learners._preference_data import load_preferences
+from rlagents.learners._preference_data import pair_records
 from rlagents.learners._preference_data import PreferenceDataError
 from rlagents.learners._preference_data import PreferencePair
 from rlagents.learners._preference_data import verified_feedback
 from rlagents.learners._preference_data import verified_preferences
+from rlagents.learners._preference_data import write_jsonl
 from rlagents.learners._state import create_train_state
 from rlagents.learners._state import make_optimizer
 from rlagents.learners._state import OptimizerConfig
@@ -44,6 +47,7 @@ __all__ = [
     "create_train_state",
     "encode_feedback",
     "encode_pairs",
+    "feedback_records",
     "load_feedback",
     "load_preferences",
     "make_dpo_step",
@@ -53,9 +57,11 @@ __all__ = [
     "make_optimizer",
     "make_reward_model_step",
     "make_sft_step",
+    "pair_records",
     "pairwise_accuracy",
     "policy_token_gae",
     "train_reward_model",
     "verified_feedback",
     "verified_preferences",
+    "write_jsonl",
 ]

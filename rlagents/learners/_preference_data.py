@@ -20,12 +20,11 @@ except text inside `<obs>...</obs>` (tool output is not the policy's), 0 on the 
 
 import dataclasses
 import json
-import re
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from rlagents.rollout import _episode
+from rlagents import episodes as episodes_lib
 
 
 class PreferenceDataError(ValueError):
@@ -152,6 +151,12 @@ def load_feedback(path: str) -> list[Feedback]:
 
 
 def write_jsonl(path: str, records: Iterable[dict]) -> None:
+  """Writes one JSON object per line (the format `load_preferences` and `load_feedback` read).
+
+  Args:
+    path: the file to write (replaced).
+    records: the objects, in order.
+  """
   with open(path, "w") as f:
     for record in records:
       f.write(json.dumps(record) + "\n")
@@ -159,17 +164,7 @@ def write_jsonl(path: str, records: Iterable[dict]) -> None:
 
 # ---- from verifiable tasks ----
 
-def completion_text(episode: _episode.Episode) -> str:
-  """Everything after the prompt: each action and the observation that followed it."""
-  parts = []
-  for action in episode.actions:
-    parts.append(action.text)
-    if action.result is not None:
-      parts.append(_episode.observation_text(action.result.observation))
-  return "".join(parts)
-
-
-def verified_preferences(episodes: Sequence[_episode.Episode], *,
+def verified_preferences(episodes: Sequence[episodes_lib.Episode], *,
                          rng: np.random.Generator) -> list[PreferencePair]:
   """Pairs (a correct episode, an incorrect one) of the same task.
 
@@ -192,11 +187,12 @@ def verified_preferences(episodes: Sequence[_episode.Episode], *,
     good = [good[i] for i in rng.permutation(len(good))]
     bad = [bad[i] for i in rng.permutation(len(bad))]
     for g, b in zip(good, bad):
-      pairs.append(PreferencePair(g.task.prompt, completion_text(g), completion_text(b)))
+      pairs.append(PreferencePair(g.task.prompt, episodes_lib.completion_text(g),
+                                  episodes_lib.completion_text(b)))
   return pairs
 
 
-def verified_feedback(episodes: Sequence[_episode.Episode]) -> list[Feedback]:
+def verified_feedback(episodes: Sequence[episodes_lib.Episode]) -> list[Feedback]:
   """Each scored episode labelled desirable when its answer verifies.
 
   Args:
@@ -205,55 +201,41 @@ def verified_feedback(episodes: Sequence[_episode.Episode]) -> list[Feedback]:
   Returns:
     One `Feedback` per episode, in order.
   """
-  return [Feedback(e.task.prompt, completion_text(e), bool(e.reward_terms["correct_answer"]))
+  return [Feedback(e.task.prompt, episodes_lib.completion_text(e),
+                   bool(e.reward_terms["correct_answer"]))
           for e in episodes]
 
 
 def pair_records(pairs: Sequence[PreferencePair]) -> list[dict]:
+  """The JSONL records (`prompt`, `chosen`, `rejected`) of preference pairs.
+
+  Args:
+    pairs: the pairs, in order.
+  """
   return [{"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected} for p in pairs]
 
 
 def feedback_records(items: Sequence[Feedback]) -> list[dict]:
+  """The JSONL records (`prompt`, `completion`, `desirable`) of feedback items.
+
+  Args:
+    items: the items, in order.
+  """
   return [{"prompt": f.prompt, "completion": f.completion, "desirable": f.desirable}
           for f in items]
 
 
 # ---- encoding ----
 
-_OBSERVATION = re.compile(re.escape(_episode.OBS_OPEN) + ".*?" + re.escape(_episode.OBS_CLOSE),
-                          re.S)
-
-
 def encode(prompt: str, completion: str, tokenizer, max_length: int) -> tuple[np.ndarray,
                                                                                np.ndarray]:
   """`(tokens [max_length] int32, mask [max_length] float32)` of one prompt and completion."""
-  ids = tokenizer.encode(_episode.prompt_text(_PromptOnly(prompt)), add_special_tokens=False)
-  mask = [0.0] * len(ids)
-  position = 0
-  pieces = []
-  for match in _OBSERVATION.finditer(completion):
-    pieces.append((completion[position:match.start()], 1.0))
-    pieces.append((match.group(0), 0.0))
-    position = match.end()
-  pieces.append((completion[position:], 1.0))
-  for text, weight in pieces:
-    if text:
-      piece = tokenizer.encode(text, add_special_tokens=False)
-      ids += piece
-      mask += [weight] * len(piece)
-  if len(ids) > max_length:
-    raise PreferenceDataError(f"prompt {prompt!r} with its completion needs {len(ids)} tokens, "
-                              f"more than max_length={max_length}")
-  tokens = np.zeros(max_length, np.int32)
-  weights = np.zeros(max_length, np.float32)
-  tokens[:len(ids)] = ids
-  weights[:len(ids)] = mask
-  return tokens, weights
-
-
-@dataclasses.dataclass(frozen=True)
-class _PromptOnly:
-  prompt: str
+  try:
+    return episodes_lib.encode_pieces(episodes_lib.completion_pieces(prompt, completion),
+                                      tokenizer, max_length,
+                                      what=f"prompt {prompt!r} with its completion")
+  except episodes_lib.EncodeError as error:
+    raise PreferenceDataError(str(error)) from None
 
 
 def encode_pairs(pairs: Sequence[PreferencePair], tokenizer,
@@ -302,16 +284,3 @@ def encode_feedback(items: Sequence[Feedback], tokenizer,
       "kl_mask": np.stack([r[1] for r in mismatched]),
       "desirable": np.array([f.desirable for f in items], np.float32),
   }
-
-
-def trim_batch(batch: dict[str, np.ndarray], multiple: int = 32) -> dict[str, np.ndarray]:
-  """Cuts every `[N, T]` array of `batch` after the longest sequence, rounded up to `multiple`.
-
-  Fewer distinct lengths mean fewer compilations; padding is token id 0.
-  """
-  used = 1
-  for name, array in batch.items():
-    if name.endswith("tokens"):
-      used = max(used, int(np.max(np.nonzero(array.any(axis=0))[0], initial=0)) + 1)
-  length = -(-used // multiple) * multiple
-  return {k: (v[:, :length] if v.ndim == 2 else v) for k, v in batch.items()}

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlagents import losses
+from rlagents import episodes as episodes_lib
 from rlagents.learners import _preference_data
 from rlagents.learners import _state
 from rlagents.learners import sft
@@ -154,6 +155,21 @@ def make_kto_step(config: DPOConfig):
   return _make_step(kto_objective, config, "kto")
 
 
+def draw_batch(data: dict[str, np.ndarray], batch_size: int,
+               rng: np.random.Generator) -> dict[str, np.ndarray]:
+  """One batch of `batch_size` rows drawn with replacement from `data` (a permutation of all N
+  rows when N is at most `batch_size`), trimmed to its longest sequence.
+
+  Args:
+    data: arrays with N rows (from `encode_pairs` or `encode_feedback`).
+    batch_size: rows to draw.
+    rng: draws the rows.
+  """
+  n = len(next(iter(data.values())))
+  rows = rng.integers(n, size=batch_size) if n > batch_size else rng.permutation(n)
+  return episodes_lib.trim_to_longest({k: v[rows] for k, v in data.items()})
+
+
 def train_offline(step, state, ref_params, data: dict[str, np.ndarray], *, num_steps: int,
                   batch_size: int, rng_for_step, start: int = 0, on_step=None):
   """Host loop: `num_steps - start` updates on batches drawn from `data`; returns the state.
@@ -173,11 +189,8 @@ def train_offline(step, state, ref_params, data: dict[str, np.ndarray], *, num_s
     start: the index of the first update (> 0 when resuming).
     on_step: optional `(done, state, metrics)` callback, `done` the updates made so far.
   """
-  n = len(next(iter(data.values())))
   for step_index in range(start, num_steps):
-    rng = rng_for_step(step_index)
-    rows = rng.integers(n, size=batch_size) if n > batch_size else rng.permutation(n)
-    batch = _preference_data.trim_batch({k: v[rows] for k, v in data.items()})
+    batch = draw_batch(data, batch_size, rng_for_step(step_index))
     state, metrics = step(state, ref_params, batch)
     if on_step is not None:
       on_step(step_index + 1, state, metrics)

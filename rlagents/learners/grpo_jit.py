@@ -13,8 +13,8 @@ this program):
 The host path (`rollout.sample_episodes` + `rewards` + `MicrobatchedGRPOStep`) runs the tool in
 Python between jitted sampling calls and trims each update to the episodes' lengths; this one
 updates on the whole `[P * G, max_length]` buffer. The episodes come back as arrays
-(`envs.TextEpisode`), not as host `Episode` records: they do not pass the host's guardrails and
-are not written to the audit log.
+(`envs.TextEpisode`); `rollout.decode_jit_episodes` replays them on the host through the guarded
+tools for the audit log (the job does so after every step).
 """
 
 from collections.abc import Callable
@@ -32,7 +32,8 @@ from rlagents.learners import sft
 
 def make_jit_grpo_step(
     model: Any, env: envs.CalculatorTextEnv, rollout_config: rollout_lib.RolloutConfig,
-    grpo_config: grpo.GRPOConfig, reward_config: rewards.RewardConfig,
+    grpo_config: grpo.GRPOConfig, reward_config: rewards.RewardConfig, *,
+    mesh: jax.sharding.Mesh | None = None,
 ) -> Callable[..., tuple[Any, dict[str, jax.Array], envs.TextEpisode]]:
   """`step(state, ref_params, prompt_ids [P], key) -> (state, metrics, episodes [P * G])`, jitted.
 
@@ -54,6 +55,10 @@ def make_jit_grpo_step(
     rollout_config: the sampling settings (episode length, tool calls, sampling temperature).
     grpo_config: the GRPO settings; `prompts_per_step` is P and `group_size` is G.
     reward_config: the weights of the reward terms, as `rewards.compose_reward` takes them.
+    mesh: a device mesh (`rlagents.parallel.make_mesh`) to split the episodes over: the rows
+      of the rollout, reward and update are laid out over its ('data', 'fsdp') axes and XLA
+      partitions the program; the state should be placed on it (`parallel.shard_state`).
+      None: wherever the inputs are.
 
   Raises:
     ValueError: `env` and `rollout_config` disagree on a limit.
@@ -68,6 +73,9 @@ def make_jit_grpo_step(
 
   def step(state, ref_params, prompt_ids: jax.Array, key: jax.Array):
     task_ids = jnp.repeat(jnp.asarray(prompt_ids, jnp.int32), grpo_config.group_size)
+    if mesh is not None:
+      rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(mesh.axis_names))
+      task_ids = jax.lax.with_sharding_constraint(task_ids, rows)
     episodes = rollout(state.params, task_ids, key)
     terms = jax.vmap(env.reward_terms)(episodes)
     reward = rewards.compose_reward(terms, reward_config)

@@ -284,10 +284,13 @@ class PPOAgentStep:
 
   Args:
     config: the PPO settings.
+    place_batch: puts the batch where the update runs, e.g. split over a device mesh
+      (`rlagents.parallel`), so the jitted pieces run data-parallel; default: as it is.
   """
 
-  def __init__(self, config: PPOAgentConfig):
+  def __init__(self, config: PPOAgentConfig, *, place_batch=None):
     self.config = config
+    self.place_batch = place_batch or (lambda batch: batch)
     self._prepare = jax.jit(lambda params, apply_fn, ref_params, batch: prepare_batch(
         params, apply_fn, ref_params, batch, config=config), static_argnums=(1,))
 
@@ -301,7 +304,7 @@ class PPOAgentStep:
     self._update = jax.jit(update, donate_argnums=(0,))
 
   def __call__(self, state, ref_params, batch, rng: np.random.Generator):
-    batch = {k: jnp.asarray(v) for k, v in batch.items()}
+    batch = self.place_batch({k: jnp.asarray(v) for k, v in batch.items()})
     prepared, prepare_metrics = self._prepare(state.params, state.apply_fn, ref_params, batch)
     n = len(batch["tokens"])
     size = n // self.config.num_minibatches
@@ -313,7 +316,7 @@ class PPOAgentStep:
       order = rng.permutation(n)
       for start in range(0, n, size):
         rows = jnp.asarray(order[start:start + size])
-        minibatch = {k: v[rows] for k, v in prepared.items()}
+        minibatch = self.place_batch({k: v[rows] for k, v in prepared.items()})
         state, metrics = self._update(state, minibatch)
         all_metrics.append(metrics)
     metrics = jax.tree.map(lambda *xs: jnp.mean(jnp.stack(xs)), *all_metrics)

@@ -18,6 +18,7 @@ import numpy as np
 
 from rlagents import losses
 from rlagents import networks
+from rlagents import episodes as episodes_lib
 from rlagents.learners import _preference_data
 from rlagents.learners import _state
 from rlagents.learners import sft
@@ -132,7 +133,7 @@ def pairwise_accuracy(apply_fn, params, data: dict[str, np.ndarray], *,
   wins = 0
   n = len(data["chosen_tokens"])
   for start in range(0, n, batch_size):
-    batch = _preference_data.trim_batch(
+    batch = episodes_lib.trim_to_longest(
         {k: v[start:start + batch_size] for k, v in data.items()})
     chosen, rejected = jax.device_get(score(params, batch))
     wins += int((chosen > rejected).sum())
@@ -163,7 +164,7 @@ def train_reward_model(model, init_params, train_data: dict[str, np.ndarray], co
   metrics = {}
   for step in range(config.num_steps):
     rows = rng.integers(n, size=config.batch_size)
-    batch = _preference_data.trim_batch({k: v[rows] for k, v in train_data.items()})
+    batch = episodes_lib.trim_to_longest({k: v[rows] for k, v in train_data.items()})
     state, metrics = update(state, batch)
     if log is not None and ((step + 1) % 25 == 0 or step + 1 == config.num_steps):
       log(step + 1, jax.device_get(metrics))

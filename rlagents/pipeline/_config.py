@@ -18,6 +18,7 @@ from rlagents.learners import RewardModelConfig
 from rlagents.learners import SFTConfig
 from rlagents.networks import LoraConfig
 from rlagents.networks import TransformerConfig
+from rlagents.parallel import MeshConfig
 from rlagents.rewards import ProxyDriftConfig
 from rlagents.rewards import RewardConfig
 from rlagents.rewards import SoftRewardConfig
@@ -30,9 +31,7 @@ from rlagents.tasks.retrieval import RetrievalSuiteConfig
 from rlagents.tasks.retrieval_expert import RetrievalExpertConfig
 from rlagents.tasks.scripted_policies import POLICIES
 
-TASKS = ("calculator", "retrieval", "codefix")
 ROLLOUT_MODES = ("host", "jit")
-ALGORITHMS = ("grpo", "ppo", "dpo", "kto")
 
 
 class ConfigError(ValueError):
@@ -145,8 +144,9 @@ class AgentJobConfig:
     sft: the supervised warm start.
     grpo: the RL phase.
     eval: evaluation settings.
-    algorithm: what follows SFT, one of `ALGORITHMS`: 'grpo' or 'ppo' (online RL), 'dpo' or
-      'kto' (offline, on verified samples of the SFT policy or on `preferences` files).
+    algorithm: the phase that follows SFT, a registered phase (`pipeline.phases`): 'grpo' or
+      'ppo' (online RL), 'dpo' or 'kto' (offline, on verified samples of the SFT policy or on
+      `preferences` files), or one a user registered.
     ppo: PPO for the language agent (`algorithm='ppo'`).
     dpo: DPO / KTO settings (`algorithm='dpo'` or `'kto'`).
     reward_model: training of the reward model used when `soft_reward.weight > 0`.
@@ -157,11 +157,12 @@ class AgentJobConfig:
       budget makes the algorithms comparable (`experiments/compare_algorithms.py`).
     checkpoint_every: save every this many steps of each phase (and at each phase's end).
     log_every: write training metrics every this many steps.
-    task: the suite, one of `TASKS`. "calculator" and "retrieval" train a policy (SFT on a
-      noisy expert, then GRPO; retrieval with `algorithm='grpo'` and host rollouts only, and
-      episodes of up to ~300 tokens: see `experiments/configs/retrieval.py`); "codefix" (and
-      "retrieval" with a `scripted_policy`) runs a scripted policy through the whole pipeline
-      (tools, guardrails, sandbox, rewards with hacking detectors, audit trail, report).
+    task: the suite: a registered name (`tasks.registered_suites()`: "calculator",
+      "retrieval", "codefix") or a user's factory as "module.path:attribute"
+      (`tasks.TaskSuite`). "calculator", "retrieval" and user suites with an expert train a
+      policy (SFT on the expert, then `algorithm`); "codefix" (and "retrieval" with a
+      `scripted_policy`) runs a scripted policy through the whole pipeline (tools, guardrails,
+      sandbox, rewards with hacking detectors, audit trail, report).
     retrieval: the retrieval QA suite.
     retrieval_expert: the error rates of the retrieval suite's scripted demonstrator.
     codefix: the code-fix suite.
@@ -170,17 +171,21 @@ class AgentJobConfig:
       (`scripted_policies.POLICIES`) to play on the retrieval or code-fix suite instead; the
       code-fix suite has no trained policy, and '' plays 'honest' there.
     rollout_mode: how GRPO samples its training episodes (calculator task): "host" runs the
-      tool in Python between jitted sampling calls, through the guardrails, and audits every
-      episode; "jit" runs each whole step (multi-turn rollouts with the in-jit calculator,
-      reward, update) as one compiled program (`learners.make_jit_grpo_step`); its training
-      episodes bypass the guardrails and the audit log (evaluation stays on the host path).
+      tool in Python between jitted sampling calls, through the guardrails; "jit" runs each
+      whole step (multi-turn rollouts with the in-jit calculator, reward, update) as one
+      compiled program (`learners.make_jit_grpo_step`), then replays its episodes through the
+      guarded host tools for the audit log and the drift monitor.
     diversity_weight: weight of the diversity penalty in the GRPO reward: each episode loses
       `diversity_weight` times the share of its group that wrote the same text
       (`rewards.diversity_penalty`). 0 leaves the reward as it is.
-    proxy_drift: the monitor that, at each evaluation point of GRPO, compares the training
-      reward with calibration-split success and raises an alarm when the reward keeps rising
-      and calibration success does not (`rewards.ProxyDriftMonitor`); alarms go to the metrics
-      (`alarm/proxy_drift`) and the report (`proxy_drift`).
+    proxy_drift: the monitor that, at each evaluation point of an online RL phase, compares the
+      training reward with calibration-split success and raises an alarm when the reward keeps
+      rising and calibration success does not (`rewards.ProxyDriftMonitor`); alarms go to the
+      metrics (`alarm/proxy_drift`) and the report (`proxy_drift`). Its window must fit the
+      phase's evaluation points.
+    mesh: the devices the update steps run on (`parallel.MeshConfig`): by default every device
+      of every process on the `data` axis; `fsdp > 1` also splits large parameters and their
+      optimizer state. Rollouts sample on each process's first device.
   """
   seed: int = 0
   task: str = "calculator"
@@ -212,43 +217,23 @@ class AgentJobConfig:
   rollout_mode: str = "host"
   diversity_weight: float = 0.0
   proxy_drift: ProxyDriftConfig = ProxyDriftConfig()
+  mesh: MeshConfig = MeshConfig()
 
   def __post_init__(self):
+    # Checks of one field or of fields that always go together; what depends on the registered
+    # phases and suites (and combinations of them) is `_validate.check_config`.
     if self.rollout_mode not in ROLLOUT_MODES:
       raise ValueError(f"rollout_mode must be one of {', '.join(ROLLOUT_MODES)}, got "
                        f"{self.rollout_mode!r}")
-    if self.rollout_mode == "jit" and self.lora.rank:
-      raise ValueError("rollout_mode='jit' trains all parameters; it cannot be combined with "
-                       f"lora.rank = {self.lora.rank} (use rollout_mode='host' for LoRA)")
     if self.diversity_weight < 0:
       raise ValueError(f"diversity_weight must be >= 0, got {self.diversity_weight}")
-    if self.task not in TASKS:
-      raise ValueError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
-    if self.algorithm not in ALGORITHMS:
-      raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got "
-                       f"{self.algorithm!r}")
-    if self.algorithm != "grpo" and (self.lora.rank or self.rollout_mode != "host"):
-      raise ValueError(f"algorithm={self.algorithm!r} trains all parameters on host rollouts; "
-                       "lora.rank and rollout_mode='jit' apply to algorithm='grpo' only")
+    if not self.task:
+      raise ValueError("task must name a registered suite or a 'module.path:factory'")
     if self.sampled_token_budget < 0:
       raise ValueError(f"sampled_token_budget must be >= 0, got {self.sampled_token_budget}")
-    if self.soft_reward.normalization == "group" and self.algorithm == "ppo":
-      raise ValueError("soft_reward.normalization='group' needs groups of episodes per prompt "
-                       "(GRPO); use 'running' with PPO")
     if self.scripted_policy and self.scripted_policy not in POLICIES:
       raise ValueError(f"scripted_policy must be '' (train a policy) or one of "
                        f"{', '.join(POLICIES)}, got {self.scripted_policy!r}")
-    if self.scripted_policy and self.task == "calculator":
-      raise ValueError(f"scripted_policy={self.scripted_policy!r} plays on the retrieval or "
-                       "code-fix suite; task='calculator' trains a policy (leave it '')")
-    if self.task == "retrieval" and not self.scripted_policy:
-      if self.algorithm != "grpo" or self.rollout_mode != "host":
-        raise ValueError("task='retrieval' trains with algorithm='grpo' and rollout_mode='host' "
-                         f"only, got algorithm={self.algorithm!r}, "
-                         f"rollout_mode={self.rollout_mode!r}")
-      if self.soft_reward.weight:
-        raise ValueError("task='retrieval' has no learned reward yet; soft_reward.weight must "
-                         f"be 0, got {self.soft_reward.weight}")
     if not 0 <= self.tool_failure_rate < 1:
       raise ValueError(f"tool_failure_rate must be in [0, 1), got {self.tool_failure_rate}")
     if self.checkpoint_every < 1 or self.log_every < 1:
@@ -256,9 +241,6 @@ class AgentJobConfig:
     if self.rollout.max_length > self.model.max_len:
       raise ValueError(f"rollout.max_length ({self.rollout.max_length}) exceeds model.max_len "
                        f"({self.model.max_len})")
-    if self.task == "calculator" and self.sft.num_demonstrations > self.tasks.num_train:
-      raise ValueError(f"sft.num_demonstrations ({self.sft.num_demonstrations}) exceeds "
-                       f"tasks.num_train ({self.tasks.num_train})")
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:

@@ -21,11 +21,9 @@ from typing import Any
 
 from rlagents import hf
 from rlagents import networks
-from rlagents.rollout import _episode
+from rlagents import episodes as episodes_lib
 
-FORMAT_TOKENS = (_episode.BOS, _episode.EOS, _episode.CALL_OPEN, _episode.CALL_CLOSE,
-                 _episode.OBS_OPEN, _episode.OBS_CLOSE, _episode.ANSWER_OPEN,
-                 _episode.ANSWER_CLOSE)
+FORMAT_TOKENS = episodes_lib.MARKERS
 
 
 class PolicyInitError(ValueError):
@@ -50,7 +48,7 @@ def check_format_tokens(tokenizer: Any, source: str) -> None:
         "save the checkpoint and start from that.")
   if tokenizer.bos_token_id is None:
     raise PolicyInitError(f"{source}: the tokenizer has no bos_token (tokenizer_config.json); "
-                          f"the format starts every episode with {_episode.BOS!r}.")
+                          f"the format starts every episode with {episodes_lib.BOS!r}.")
 
 
 @dataclasses.dataclass(frozen=True)

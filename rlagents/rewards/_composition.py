@@ -19,7 +19,7 @@ gate (reward hacking by farming a bonus) shows up in the metrics.
 import dataclasses
 from typing import Any, Callable
 
-from rlagents.rollout import _episode
+from rlagents import episodes as episodes_lib
 from rlagents.tools import CallStatus
 
 TERMS = ("correct_answer", "correct_tool_call", "redundant_calls", "invalid_calls", "recovery")
@@ -55,7 +55,7 @@ class RewardConfig:
         raise ValueError(f"RewardConfig.{name} must be >= 0, got {getattr(self, name)}")
 
 
-def reward_terms(episode: _episode.Episode,
+def reward_terms(episode: episodes_lib.Episode,
                  verify: Callable[[Any, str], bool]) -> dict[str, float]:
   """The raw (unweighted) value of every term for one finished episode."""
   calls = episode.calls

@@ -3,7 +3,7 @@
 Retrieval:  reward = [correct and grounded] - w_pad [padding] - w_copy [irrelevant copy]
                      - w_redundant (redundant calls)
 Code fix:   reward = [pinned tests pass on the answer, no violation] * [no tampering]
-            (an episode that tried to edit a test scores 0 and is flagged).
+            (an episode that tried to edit a test or forge the verdict scores 0 and is flagged).
 Host code.
 """
 
@@ -12,7 +12,7 @@ import dataclasses
 from rlagents import sandbox
 from rlagents import tools as tools_lib
 from rlagents.rewards import _hacking
-from rlagents.rollout import _episode
+from rlagents import episodes as episodes_lib
 from rlagents.tasks import codefix
 from rlagents.tasks import retrieval
 
@@ -39,7 +39,7 @@ class SuiteRewardConfig:
         raise ValueError(f"SuiteRewardConfig.{field.name} is a penalty and must be <= 0")
 
 
-def retrieval_reward_terms(episode: _episode.Episode) -> dict[str, float]:
+def retrieval_reward_terms(episode: episodes_lib.Episode) -> dict[str, float]:
   task = episode.task
   observations = [r.observation for r in episode.calls if r.status == tools_lib.CallStatus.OK]
   passages = retrieval.retrieved_passages(observations)
@@ -65,7 +65,7 @@ def compose_retrieval_reward(terms: dict[str, float], config: SuiteRewardConfig)
           + config.redundant_call * terms["redundant_calls"])
 
 
-def codefix_reward_terms(episode: _episode.Episode, *,
+def codefix_reward_terms(episode: episodes_lib.Episode, *,
                          limits: sandbox.SandboxLimits = sandbox.SandboxLimits()
                          ) -> dict[str, float]:
   """Runs the pinned tests on the final answer in a fresh sandbox."""
@@ -75,7 +75,7 @@ def codefix_reward_terms(episode: _episode.Episode, *,
   if episode.answer is not None:
     result = tools_lib.run_pinned_tests(episode.answer, {codefix.TEST_FILE: task.tests},
                                         limits=limits)
-    tampered = tampered or "pinned_file" in result.violation_kinds
+    tampered = tampered or bool({"pinned_file", "forged_verdict"} & result.violation_kinds)
     passed = result.ok
   return {
       "correct_answer": float(passed and not tampered),

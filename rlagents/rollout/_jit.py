@@ -15,13 +15,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from rlagents import envs
 from rlagents import sampling
-from rlagents.envs import _calculator_text
 from rlagents.rollout import _text
 
 
-def make_jit_rollout(model: Any, env: _calculator_text.CalculatorTextEnv,
-                     config: _text.RolloutConfig) -> Callable[..., _calculator_text.TextEpisode]:
+def make_jit_rollout(model: Any, env: envs.CalculatorTextEnv,
+                     config: _text.RolloutConfig) -> Callable[..., envs.TextEpisode]:
   """`rollout(params, task_ids [B], key) -> TextEpisode [B]`, pure and jittable.
 
   Args:
@@ -38,7 +38,7 @@ def make_jit_rollout(model: Any, env: _calculator_text.CalculatorTextEnv,
       raise ValueError(f"env.{name}={getattr(env, name)} differs from RolloutConfig.{name}="
                        f"{getattr(config, name)}")
 
-  def rollout(params, task_ids: jax.Array, key: jax.Array) -> _calculator_text.TextEpisode:
+  def rollout(params, task_ids: jax.Array, key: jax.Array) -> envs.TextEpisode:
     episodes = jax.vmap(env.reset)(task_ids)
     batch = task_ids.shape[0]
 
@@ -53,7 +53,7 @@ def make_jit_rollout(model: Any, env: _calculator_text.CalculatorTextEnv,
           params, episodes.tokens, episodes.length, episodes.active, turn_key, model=model,
           max_new_tokens=config.max_segment_tokens, stop_tokens=env.stop_tokens,
           temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
-      segment = _calculator_text.Segment(
+      segment = envs.Segment(
           tokens=out.tokens, length=out.lengths, logprobs=out.logprobs,
           generated_mask=out.generated_mask, stop_token=out.stop_token)
       tool_keys = jax.random.split(jax.random.fold_in(turn_key, 1), batch)

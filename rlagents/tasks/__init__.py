@@ -1,4 +1,4 @@
-"""Task suites with verifiers and disjoint splits (host code).
+"""Task suites with verifiers and disjoint splits, and the suite registry (host code).
 
 The TFDS builders live in their own modules (`rlagents.tasks.calculator_tfds`) so that importing
 this package does not import TFDS.
@@ -8,11 +8,23 @@ from rlagents.tasks.calculator import CalculatorSuiteConfig
 from rlagents.tasks.calculator import CalculatorTask
 from rlagents.tasks.calculator import generate_suite
 from rlagents.tasks.calculator import is_correct
-from rlagents.tasks.calculator import load_split
 from rlagents.tasks.calculator import parse_answer
 from rlagents.tasks.calculator import SPLITS
+from rlagents.tasks._registry import EVAL_SPLIT_NAMES
+from rlagents.tasks._registry import register_suite
+from rlagents.tasks._registry import registered_suites
+from rlagents.tasks._registry import suite_factory
+from rlagents.tasks._registry import SuiteError
+from rlagents.tasks._registry import TaskSuite
+from rlagents.tasks._splits import load_split
 
 __all__ = [
+    "EVAL_SPLIT_NAMES",
+    "SuiteError",
+    "TaskSuite",
+    "register_suite",
+    "registered_suites",
+    "suite_factory",
     "CalculatorSuiteConfig",
     "CalculatorTask",
     "SPLITS",

@@ -18,7 +18,6 @@ heldout_ood excludes every expression the in-distribution generator could write.
 
 import dataclasses
 import hashlib
-import os
 import re
 from typing import Callable
 
@@ -267,21 +266,3 @@ def parse_answer(text: str) -> int | None:
 def is_correct(task: CalculatorTask, answer_text: str) -> bool:
   """Whether `answer_text` parses (see `parse_answer`) to the task's answer."""
   return parse_answer(answer_text) == task.answer
-
-
-def load_split(split: str, *, config: CalculatorSuiteConfig = CalculatorSuiteConfig(),
-               data_dir: str | os.PathLike[str]) -> list[CalculatorTask]:
-  """Reads one split of the suite from its TFDS dataset, building it under `data_dir` first.
-
-  The dataset is stored as array_record and read with `tfds.data_source`; each config has its
-  own prepared copy (see `calculator_tfds.CalculatorBuilderConfig`), so it is never stale.
-
-  Raises:
-    ValueError: `split` is not one of `SPLITS`.
-  """
-  if split not in SPLITS:
-    raise ValueError(f"unknown calculator split {split!r}; valid splits: {', '.join(SPLITS)}")
-  # Imported here: the builder imports this module, and TFDS is slow to import for callers
-  # that only generate problems.
-  from rlagents.tasks import calculator_tfds  # pylint: disable=g-import-not-at-top
-  return calculator_tfds.read_split(split, config=config, data_dir=data_dir)

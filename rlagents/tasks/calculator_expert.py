@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-from rlagents.rollout import _episode
+from rlagents import episodes as episodes_lib
 from rlagents.tools import CallStatus
 
 
@@ -66,10 +66,10 @@ class NoisyExpert:
     self.config = config
 
   def _call(self, expression: str) -> str:
-    return f"{_episode.CALL_OPEN}{self.config.tool_name}({expression}){_episode.CALL_CLOSE}"
+    return f"{episodes_lib.CALL_OPEN}{self.config.tool_name}({expression}){episodes_lib.CALL_CLOSE}"
 
   def _answer(self, text: str) -> str:
-    return f"{_episode.ANSWER_OPEN}{text}{_episode.ANSWER_CLOSE}"
+    return f"{episodes_lib.ANSWER_OPEN}{text}{episodes_lib.ANSWER_CLOSE}"
 
   def _malformed_call(self, expression: str, rng: np.random.Generator) -> str:
     name = self.config.tool_name
@@ -79,9 +79,9 @@ class NoisyExpert:
         f"{name}({expression}+)",            # dangling operator
         f"{name}({expression}*)",            # dangling operator
     )
-    return f"{_episode.CALL_OPEN}{slips[rng.integers(len(slips))]}{_episode.CALL_CLOSE}"
+    return f"{episodes_lib.CALL_OPEN}{slips[rng.integers(len(slips))]}{episodes_lib.CALL_CLOSE}"
 
-  def next_segment(self, episode: _episode.Episode, rng: np.random.Generator, *,
+  def next_segment(self, episode: episodes_lib.Episode, rng: np.random.Generator, *,
                    max_tool_calls: int) -> str:
     """The expert's next segment of text, ending in `</call>` or `</answer>`."""
     c = self.config
@@ -117,13 +117,8 @@ class NoisyExpert:
 
 
 def run_expert_episodes(expert: NoisyExpert, tasks, *, toolbox, rng: np.random.Generator,
-                        max_tool_calls: int) -> list[_episode.Episode]:
+                        max_tool_calls: int) -> list[episodes_lib.Episode]:
   """Plays one episode per task with the real tools (busy failures included)."""
-  episodes = []
-  for task in tasks:
-    episode = _episode.Episode(task)
-    while not episode.done:
-      segment = expert.next_segment(episode, rng, max_tool_calls=max_tool_calls)
-      _episode.advance(episode, segment, toolbox=toolbox, rng=rng, max_tool_calls=max_tool_calls)
-    episodes.append(episode)
-  return episodes
+  return episodes_lib.play(
+      lambda episode, rng: expert.next_segment(episode, rng, max_tool_calls=max_tool_calls),
+      tasks, toolbox_for=lambda task: toolbox, rng=rng, max_tool_calls=max_tool_calls)

@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from rlagents.rollout import _episode
+from rlagents import episodes as episodes_lib
 from rlagents.tasks import calculator_expert
 from rlagents.tasks import retrieval
 from rlagents.tools import CallStatus
@@ -87,10 +87,10 @@ class RetrievalExpert:
     self.config = config
 
   def _call(self, query: str) -> str:
-    return f"{_episode.CALL_OPEN}{self.config.tool_name}({query}){_episode.CALL_CLOSE}"
+    return f"{episodes_lib.CALL_OPEN}{self.config.tool_name}({query}){episodes_lib.CALL_CLOSE}"
 
   def _answer(self, text: str) -> str:
-    return f"{_episode.ANSWER_OPEN}{text}{_episode.ANSWER_CLOSE}"
+    return f"{episodes_lib.ANSWER_OPEN}{text}{episodes_lib.ANSWER_CLOSE}"
 
   def plan(self, rng: np.random.Generator) -> dict[str, bool]:
     """The slips of one episode."""
@@ -101,7 +101,7 @@ class RetrievalExpert:
             "typo": rng.random() < c.typo_rate,
             "redundant": rng.random() < c.redundant_rate}
 
-  def next_segment(self, episode: _episode.Episode, rng: np.random.Generator, *,
+  def next_segment(self, episode: episodes_lib.Episode, rng: np.random.Generator, *,
                    max_tool_calls: int, plan: dict[str, bool]) -> str:
     """The expert's next segment, ending in `</call>` or `</answer>`."""
     place, keyword, passage_pattern = parse_question(episode.task.question)
@@ -131,14 +131,15 @@ class RetrievalExpert:
 
 
 def run_expert_episodes(expert: RetrievalExpert, tasks, *, toolbox, rng: np.random.Generator,
-                        max_tool_calls: int) -> list[_episode.Episode]:
+                        max_tool_calls: int) -> list[episodes_lib.Episode]:
   """Plays one episode per task with the real (guarded) search tool."""
-  episodes = []
-  for task in tasks:
-    episode = _episode.Episode(task)
-    plan = expert.plan(rng)
-    while not episode.done:
-      segment = expert.next_segment(episode, rng, max_tool_calls=max_tool_calls, plan=plan)
-      _episode.advance(episode, segment, toolbox=toolbox, rng=rng, max_tool_calls=max_tool_calls)
-    episodes.append(episode)
-  return episodes
+  plans = {}
+
+  def next_segment(episode, rng):
+    if not episode.actions:  # the episode's plan is drawn before its first segment
+      plans[id(episode)] = expert.plan(rng)
+    return expert.next_segment(episode, rng, max_tool_calls=max_tool_calls,
+                               plan=plans[id(episode)])
+
+  return episodes_lib.play(next_segment, tasks, toolbox_for=lambda task: toolbox, rng=rng,
+                           max_tool_calls=max_tool_calls)

@@ -1,6 +1,6 @@
 """Scripted policies for the retrieval and code-fix suites: one honest, several that hack.
 
-They drive the same episode state machine as a model (`rollout.advance`), so their episodes go
+They drive the same episode state machine as a model (`episodes.advance`), so their episodes go
 through the real tools, guardrails, rewards and audit trail. The hacking ones are what the
 reward-hacking detectors are tested against:
 
@@ -17,7 +17,7 @@ import re
 
 import numpy as np
 
-from rlagents.rollout import _episode
+from rlagents import episodes as episodes_lib
 from rlagents.tasks import codefix
 from rlagents.tasks import retrieval
 
@@ -32,11 +32,11 @@ _FACT_PATTERNS = (
 
 
 def _call(name: str, arguments: str) -> str:
-  return f"{_episode.CALL_OPEN}{name}({arguments}){_episode.CALL_CLOSE}"
+  return f"{episodes_lib.CALL_OPEN}{name}({arguments}){episodes_lib.CALL_CLOSE}"
 
 
 def _answer(text: str) -> str:
-  return f"{_episode.ANSWER_OPEN}{text}{_episode.ANSWER_CLOSE}"
+  return f"{episodes_lib.ANSWER_OPEN}{text}{episodes_lib.ANSWER_CLOSE}"
 
 
 def read_answer(question: str, observation: str) -> str | None:
@@ -49,7 +49,7 @@ def read_answer(question: str, observation: str) -> str | None:
   return None
 
 
-def retrieval_segment(policy: str, episode: _episode.Episode,
+def retrieval_segment(policy: str, episode: episodes_lib.Episode,
                       rng: np.random.Generator) -> str:
   """The next segment of a retrieval episode under `policy`."""
   del rng
@@ -73,7 +73,7 @@ def retrieval_segment(policy: str, episode: _episode.Episode,
 _TAMPER = ("\nopen('" + codefix.TEST_FILE + "', 'w').write('def test_ok():\\n  pass\\n')\n")
 
 
-def codefix_segment(policy: str, episode: _episode.Episode, rng: np.random.Generator) -> str:
+def codefix_segment(policy: str, episode: episodes_lib.Episode, rng: np.random.Generator) -> str:
   """The next segment of a code-fix episode under `policy`.
 
   The honest policy knows the fix (it is scripted); it checks it with the test runner once and
@@ -89,7 +89,7 @@ def codefix_segment(policy: str, episode: _episode.Episode, rng: np.random.Gener
 
 
 def run_scripted_episodes(segment_fn, policy: str, tasks, *, toolbox_for, rng,
-                          max_tool_calls: int) -> list[_episode.Episode]:
+                          max_tool_calls: int) -> list[episodes_lib.Episode]:
   """Plays one episode per task; `toolbox_for(task)` gives that episode's tools.
 
   Raises:
@@ -97,12 +97,5 @@ def run_scripted_episodes(segment_fn, policy: str, tasks, *, toolbox_for, rng,
   """
   if policy not in POLICIES:
     raise ValueError(f"unknown scripted policy {policy!r}; valid: {', '.join(POLICIES)}")
-  episodes = []
-  for task in tasks:
-    episode = _episode.Episode(task)
-    toolbox = toolbox_for(task)
-    while not episode.done:
-      _episode.advance(episode, segment_fn(policy, episode, rng), toolbox=toolbox, rng=rng,
-                       max_tool_calls=max_tool_calls)
-    episodes.append(episode)
-  return episodes
+  return episodes_lib.play(lambda episode, rng: segment_fn(policy, episode, rng), tasks,
+                           toolbox_for=toolbox_for, rng=rng, max_tool_calls=max_tool_calls)

@@ -35,6 +35,8 @@ from rlagents.tools._json_calls import validate_arguments
 from rlagents.tools._arithmetic import evaluate_expression
 from rlagents.tools._arithmetic import ExpressionError
 from rlagents.tools._calculator import CalculatorTool
+from rlagents.tools._jax_calculator import CALL_STATUSES
+from rlagents.tools._jax_calculator import CharClass
 from rlagents.tools._jax_calculator import JaxCalculator
 from rlagents.tools._jax_calculator import ToolOutput
 from rlagents.tools._protocol import CallStatus
@@ -51,7 +53,9 @@ from rlagents.tools._protocol import ToolSpec
 from rlagents.tools._protocol import TransientToolError
 
 __all__ = [
+    "CALL_STATUSES",
     "COST_TAGS",
+    "CharClass",
     "CalculatorTool",
     "CallStatus",
     "Decision",

@@ -22,6 +22,7 @@ product so far of the current term and a pending unary minus.
 """
 
 import dataclasses
+import enum
 from typing import Any
 
 import flax.struct
@@ -33,9 +34,22 @@ from jax import lax
 from rlagents.tools import _arithmetic
 from rlagents.tools import _protocol
 
-# Character classes of a token.
-_SPACE, _DIGIT, _PLUS, _MINUS, _STAR, _LPAREN, _RPAREN, _QUOTABLE, _OTHER = range(9)
-_CLASS_OF_CHAR = {" ": _SPACE, "+": _PLUS, "-": _MINUS, "*": _STAR, "(": _LPAREN, ")": _RPAREN}
+
+
+class CharClass(enum.IntEnum):
+  """The character class of a token, as the calculator's parser (and the text env) reads it."""
+  SPACE = 0
+  DIGIT = 1
+  PLUS = 2
+  MINUS = 3
+  STAR = 4
+  LPAREN = 5
+  RPAREN = 6
+  QUOTABLE = 7
+  OTHER = 8
+
+
+_CLASS_OF_CHAR = {" ": CharClass.SPACE, "+": CharClass.PLUS, "-": CharClass.MINUS, "*": CharClass.STAR, "(": CharClass.LPAREN, ")": CharClass.RPAREN}
 _NAME_START = frozenset("abcdefghijklmnopqrstuvwxyz_")
 _NAME_CHARS = _NAME_START | frozenset("0123456789")
 _INT_MAX = 2**31 - 1
@@ -116,7 +130,7 @@ class JaxCalculator:
   once); `execute` then needs no host. Tables are numpy arrays baked into the compiled program.
 
   Attributes:
-    char_class: `[V]` int32, the class of each token id's text (a special token is `_OTHER`, as
+    char_class: `[V]` int32, the class of each token id's text (a special token is `CharClass.OTHER`, as
       its text starts with '<').
     char_length: `[V]` int32, the length of each token id's decoded text.
     digit_value: `[V]` int32, 0-9 for digit tokens, else 0.
@@ -162,16 +176,16 @@ class JaxCalculator:
       raise ValueError(f"failure_rate must be in [0, 1), got {failure_rate}")
     vocab_size = len(tokenizer)
     texts = [tokenizer.decode([i]) for i in range(vocab_size)]
-    char_class = np.full(vocab_size, _OTHER, np.int32)
+    char_class = np.full(vocab_size, CharClass.OTHER, np.int32)
     for i, text in enumerate(texts):
       if len(text) != 1:
         continue
       if text.isdigit() and text.isascii():
-        char_class[i] = _DIGIT
+        char_class[i] = CharClass.DIGIT
       elif text in _CLASS_OF_CHAR:
         char_class[i] = _CLASS_OF_CHAR[text]
       elif text in _arithmetic._QUOTABLE:  # pylint: disable=protected-access
-        char_class[i] = _QUOTABLE
+        char_class[i] = CharClass.QUOTABLE
 
     def ids(text: str) -> np.ndarray:
       encoded = tokenizer.encode(text, add_special_tokens=False)
@@ -225,10 +239,10 @@ class JaxCalculator:
       raise ValueError(f"call_tokens must be [{width}], got {call_tokens.shape}")
     index = jnp.arange(width)
     in_call = index < call_length
-    cls = jnp.where(in_call, jnp.asarray(self.char_class)[call_tokens], _SPACE)
+    cls = jnp.where(in_call, jnp.asarray(self.char_class)[call_tokens], CharClass.SPACE)
 
     # `text.strip()`, then `[a-z_][a-z0-9_]*\((.*)\)` on what is left.
-    not_space = in_call & (cls != _SPACE)
+    not_space = in_call & (cls != CharClass.SPACE)
     first = jnp.argmax(not_space)
     last = width - 1 - jnp.argmax(not_space[::-1])  # the last non-space token
     name_char = jnp.asarray(self.name_char)[call_tokens] & in_call
@@ -239,8 +253,8 @@ class JaxCalculator:
     well_formed = (jnp.any(not_space)
                    & jnp.asarray(self.name_start)[call_tokens[safe(first)]]
                    & (name_end < last)
-                   & (cls[safe(name_end)] == _LPAREN)
-                   & (cls[safe(last)] == _RPAREN))
+                   & (cls[safe(name_end)] == CharClass.LPAREN)
+                   & (cls[safe(last)] == CharClass.RPAREN))
     name_length = name_end - first
     tool_name = jnp.asarray(self.tool_name)
     name_window = call_tokens[safe(first + jnp.arange(tool_name.shape[0]))]
@@ -284,7 +298,7 @@ class JaxCalculator:
         in_number=jnp.bool_(False), number_start=int32(0), number_digits=int32(0),
         number=int32(0), number_overflow=jnp.bool_(False), overflow=jnp.bool_(False),
         expect_operand=jnp.bool_(True), depth=int32(0), seen_token=jnp.bool_(False),
-        last_class=int32(_SPACE), last_position=int32(0), last_char=int32(0),
+        last_class=int32(CharClass.SPACE), last_position=int32(0), last_char=int32(0),
         sums=jnp.zeros(slots, int32), minus=jnp.zeros(slots, bool),
         terms=jnp.ones(slots, int32), negate=jnp.zeros(slots, bool))
 
@@ -330,7 +344,7 @@ class JaxCalculator:
       c = dict(c)
       valid = k >= 0
       # Digits extend or start a number; any other token ends one first.
-      is_digit = valid & (k == _DIGIT)
+      is_digit = valid & (k == CharClass.DIGIT)
       extend = is_digit & c["in_number"]
       start = is_digit & ~c["in_number"]
       tenfold, tenfold_over = _checked_mul(c["number"], int32(10))
@@ -347,40 +361,40 @@ class JaxCalculator:
       c = end_number(c, valid & ~is_digit & c["in_number"])
       c["in_number"] = jnp.where(valid, is_digit, c["in_number"])
       # Characters outside the grammar.
-      c = first_error(c, "lex", _UNKNOWN_QUOTED_MSG, at, token, valid & (k == _QUOTABLE))
-      c = first_error(c, "lex", _UNKNOWN_MSG, at, 0, valid & (k == _OTHER))
+      c = first_error(c, "lex", _UNKNOWN_QUOTED_MSG, at, token, valid & (k == CharClass.QUOTABLE))
+      c = first_error(c, "lex", _UNKNOWN_MSG, at, 0, valid & (k == CharClass.OTHER))
 
-      is_op = valid & (k >= _PLUS) & (k <= _RPAREN)
+      is_op = valid & (k >= CharClass.PLUS) & (k <= CharClass.RPAREN)
       expect = c["expect_operand"]
       d = jnp.clip(c["depth"], 0, _MAX_DEPTH)
       # Expecting an operand: '-' is unary, '(' opens a level, '+', '*' and ')' are unexpected.
-      unary = is_op & expect & (k == _MINUS)
+      unary = is_op & expect & (k == CharClass.MINUS)
       c["negate"] = set_at(c["negate"], d, ~c["negate"][d], unary)
-      opens = is_op & expect & (k == _LPAREN)
+      opens = is_op & expect & (k == CharClass.LPAREN)
       inner = jnp.clip(d + 1, 0, _MAX_DEPTH)
       c["sums"] = set_at(c["sums"], inner, 0, opens)
       c["terms"] = set_at(c["terms"], inner, 1, opens)
       c["minus"] = set_at(c["minus"], inner, False, opens)
       c["negate"] = set_at(c["negate"], inner, False, opens)
       c = first_error(c, "parse", _UNEXPECTED_MSG, at, token,
-                      is_op & expect & ((k == _PLUS) | (k == _STAR) | (k == _RPAREN)))
+                      is_op & expect & ((k == CharClass.PLUS) | (k == CharClass.STAR) | (k == CharClass.RPAREN)))
       # After an operand: '+'/'-' end a term, '*' continues it, ')' closes a level, '(' is
       # unexpected.
-      additive = is_op & ~expect & ((k == _PLUS) | (k == _MINUS))
+      additive = is_op & ~expect & ((k == CharClass.PLUS) | (k == CharClass.MINUS))
       level, level_over = level_value(c, d)
       c["overflow"] |= additive & level_over
       c["sums"] = set_at(c["sums"], d, level, additive)
-      c["minus"] = set_at(c["minus"], d, k == _MINUS, additive)
+      c["minus"] = set_at(c["minus"], d, k == CharClass.MINUS, additive)
       c["terms"] = set_at(c["terms"], d, 1, additive)
-      closes = is_op & ~expect & (k == _RPAREN)
+      closes = is_op & ~expect & (k == CharClass.RPAREN)
       c = first_error(c, "parse", _UNBALANCED_MSG, at, 0, closes & (c["depth"] == 0))
-      c = first_error(c, "parse", _UNEXPECTED_MSG, at, token, is_op & ~expect & (k == _LPAREN))
+      c = first_error(c, "parse", _UNEXPECTED_MSG, at, token, is_op & ~expect & (k == CharClass.LPAREN))
       closing = closes & (c["depth"] > 0)
       c["overflow"] |= closing & level_over
       c["depth"] = c["depth"] + opens.astype(int32) - closing.astype(int32)
       c = apply_operand(c, level, closing)  # the closed level's value, one level out
-      c["expect_operand"] |= additive | (is_op & ~expect & (k == _STAR))
-      counted = valid & (k != _SPACE)
+      c["expect_operand"] |= additive | (is_op & ~expect & (k == CharClass.STAR))
+      counted = valid & (k != CharClass.SPACE)
       c["seen_token"] |= counted
       c["last_class"] = jnp.where(counted, k, c["last_class"])
       c["last_position"] = jnp.where(counted, at, c["last_position"])
@@ -392,7 +406,7 @@ class JaxCalculator:
     c = end_number(c, c["in_number"])
     incomplete = c["expect_operand"] & c["seen_token"]
     c = first_error(c, "parse", _UNBALANCED_MSG, 0, 0,
-                    (incomplete & (c["last_class"] == _LPAREN))
+                    (incomplete & (c["last_class"] == CharClass.LPAREN))
                     | (~c["expect_operand"] & (c["depth"] > 0)))
     c = first_error(c, "parse", _DANGLING_MSG, c["last_position"], c["last_char"], incomplete)
     value, value_over = level_value(c, 0)

@@ -11,6 +11,7 @@ from rlagents import pipeline
 from rlagents import rewards
 from rlagents import tasks
 from rlagents import tools
+from rlagents.pipeline import _job
 from rlagents.pipeline import _suites
 from rlagents.tasks import calculator_expert
 
@@ -42,6 +43,11 @@ def calculator_workdir(tmp_path_factory):
   log = guardrails.AuditLog(os.path.join(workdir, "audit", "episodes.jsonl"), resume_step=None)
   log.write(episodes, phase="grpo", step=1, policy="expert")
   return workdir
+
+
+def _calculator_replay(config, workdir):
+  """The calculator suite's replay recipe under `config`, its data in `workdir`."""
+  return _suites.replay_suite(_job.load_suite(config, workdir), config)
 
 
 def test_replay_reproduces_calculator_episodes(calculator_workdir):
@@ -81,7 +87,7 @@ def test_editing_a_logged_reward_is_detected_and_would_diverge(calculator_workdi
     pipeline.replay_workdir(str(tmp_path))
   # Past the chain check, replay itself names what differs.
   config = pipeline.AgentJobConfig()
-  report = guardrails.replay_record(record, _suites.replay_suite(config, "calculator", ""))
+  report = guardrails.replay_record(record, _calculator_replay(config, calculator_workdir))
   assert not report.reproduced and report.divergence.startswith("reward ")
 
 
@@ -92,12 +98,12 @@ def test_a_changed_tool_result_is_reported_where_it_diverges(calculator_workdir)
   call = next(i for i, a in enumerate(record["actions"]) if a["status"] == "ok")
   record["actions"][call]["observation"] = "999999"
   report = guardrails.replay_record(
-      record, _suites.replay_suite(pipeline.AgentJobConfig(), "calculator", ""))
+      record, _calculator_replay(pipeline.AgentJobConfig(), calculator_workdir))
   assert report.divergence.startswith(f"action {call}: observation")
 
 
 def test_unknown_task_in_the_config_is_a_clear_error():
-  with pytest.raises(pipeline.ConfigError, match="task must be one of calculator, retrieval"):
+  with pytest.raises(pipeline.ConfigError, match="unknown task 'chess'; registered: calculator, codefix, retrieval"):
     pipeline.config_from_dict({"task": "chess"})
   with pytest.raises(pipeline.ConfigError, match="scripted_policy must be '' .* or one of"):
     pipeline.config_from_dict({"task": "codefix", "scripted_policy": "cheat"})
@@ -107,7 +113,7 @@ def test_episodes_with_a_diversity_penalty_replay(calculator_workdir):
   # The penalty depends on the episode's group, so replay takes it from the log and applies
   # the config's weight; every other term and the answer are still recomputed.
   config = pipeline.config_from_dict({"diversity_weight": 0.25})
-  suite = _suites.replay_suite(config, "calculator", "")
+  suite = _calculator_replay(config, calculator_workdir)
   records = guardrails.read_audit_log(
       os.path.join(calculator_workdir, "audit", "episodes.jsonl"))[:8]
   for record in records:
@@ -115,5 +121,5 @@ def test_episodes_with_a_diversity_penalty_replay(calculator_workdir):
     record["reward"] -= 0.25 * 0.5
     assert guardrails.replay_record(record, suite).reproduced
   # Without the weight (the default config) the same records diverge at the reward.
-  default = _suites.replay_suite(pipeline.AgentJobConfig(), "calculator", "")
+  default = _calculator_replay(pipeline.AgentJobConfig(), calculator_workdir)
   assert guardrails.replay_record(records[0], default).divergence.startswith("reward ")

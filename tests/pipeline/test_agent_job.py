@@ -228,18 +228,20 @@ def test_proxy_drift_monitor_watches_every_evaluation_point(finished_run):
     fired = [monitor.update(s, train_reward[s], calibration[s]) for s in points]
     if drift == config.proxy_drift:
       assert fired == [bool(alarms[s]) for s in points]
-      assert report["proxy_drift"] == {"points": len(points), "alarm_steps": monitor.alarms}
+      assert report["proxy_drift"] == {"watched": True, "points": len(points),
+                                       "alarm_steps": monitor.alarms}
     else:
       rose = train_reward[points[1]] - train_reward[points[0]] >= 1e-6
       assert fired[1] == rose
+  # The honest run (the reward is the verified answer) raises no alarm.
+  assert report["proxy_drift"]["alarm_steps"] == []
 
 
 def test_diversity_penalty_is_off_by_default_and_subtracts_its_weight(finished_run):
   _, workdir, _ = finished_run
   with open(os.path.join(workdir, "audit", "episodes.jsonl")) as f:
     assert not any('"diversity"' in line for line in f)
-  from rlagents.pipeline import _agent_job  # pylint: disable=g-import-not-at-top
-  from rlagents.rollout import Action, Episode  # pylint: disable=g-import-not-at-top
+  from rlagents.episodes import Action, Episode  # pylint: disable=g-import-not-at-top
 
   def episode(text):
     e = Episode(task=None)
@@ -249,6 +251,6 @@ def test_diversity_penalty_is_off_by_default_and_subtracts_its_weight(finished_r
 
   # Two groups of 3: (a, a, b) -> penalties 1/2, 1/2, 0; (c, d, e) -> 0, 0, 0.
   episodes = [episode(t) for t in ("a", "a", "b", "c", "d", "e")]
-  _agent_job._apply_diversity_penalty(episodes, group_size=3, weight=0.4)
+  pipeline.phases.grpo.apply_diversity_penalty(episodes, group_size=3, weight=0.4)
   np.testing.assert_allclose([e.reward for e in episodes], [0.8, 0.8, 1.0, 1.0, 1.0, 1.0])
   assert [e.reward_terms["diversity"] for e in episodes] == [0.5, 0.5, 0, 0, 0, 0]

@@ -5,6 +5,7 @@ import os
 import pytest
 
 from experiments.configs import calculator
+from rlagents import guardrails
 from rlagents import pipeline
 from rlagents.metrics import read_csv
 
@@ -34,3 +35,15 @@ def test_smoke_job_with_jit_rollouts_learns(tmp_path):
   assert max(v for step, v in curve.items() if step > sft_end) > curve[sft_end] + 0.05
   assert 0.0 <= report["splits"]["heldout"]["grpo"]["success"] <= 1.0
   assert os.path.isdir(os.path.join(workdir, "checkpoints", "grpo"))
+  # Every training episode that ran inside jit was replayed through the guarded host tools
+  # (the in-jit calculator agreed with the host one on every call), is in the audit log, and
+  # `experiments.replay` reproduces it.
+  assert set(metric("train/mismatched_calls").values()) == {0.0}
+  records = guardrails.read_audit_log(os.path.join(workdir, "audit", "episodes.jsonl"))
+  trained = [r for r in records if r["phase"] == "grpo"]
+  grpo = config.grpo
+  assert len(trained) == grpo.num_steps * grpo.prompts_per_step * grpo.group_size
+  assert any(a["status"] == "transient_error" for r in trained for a in r["actions"])
+  count, problems = pipeline.replay_workdir(workdir)
+  assert count == len(records) and not problems, problems[:3]
+  assert report["proxy_drift"]["points"] == grpo.num_steps // config.eval.every_steps

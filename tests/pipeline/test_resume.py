@@ -21,7 +21,10 @@ from rlagents import checkpoint
 from rlagents import guardrails
 from rlagents import pipeline
 from rlagents.metrics import read_csv
-from rlagents.pipeline import _agent_job
+from rlagents.pipeline import _checkpoints
+from rlagents.pipeline import _main
+from rlagents.pipeline import _outputs
+from rlagents.pipeline import _report
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The job's config for these tests, as command-line overrides of the smoke variant.
@@ -51,12 +54,12 @@ def sft_done(tmp_path_factory):
 
 def _run_without_final_report(config, workdir):
   """The job up to its final evaluation (which reads the checkpoints and changes nothing)."""
-  original = _agent_job._final_report
-  _agent_job._final_report = lambda job, *_: {"splits": {"heldout": {"expert": {"success": 0.}}}}
+  original = _report.final_report
+  _report.final_report = lambda job, *_: {"splits": {"heldout": {"expert": {"success": 0.}}}}
   try:
     return pipeline.train_and_evaluate(config, workdir)
   finally:
-    _agent_job._final_report = original
+    _report.final_report = original
 
 
 def _start_from(sft_done, workdir):
@@ -163,15 +166,15 @@ def test_sigkill_mid_grpo_then_restart_resumes_exactly(sft_done, straight, tmp_p
 def test_only_process_0_writes_the_run_files(tmp_path, monkeypatch):
   workdir = str(tmp_path / "run")
   monkeypatch.setattr(jax, "process_index", lambda: 1)
-  _agent_job._check_workdir(_config(), workdir)
-  outputs = _agent_job._Outputs(workdir, resume_step=None)
+  _main._check_workdir(_config(), workdir)
+  outputs = _outputs.Outputs(workdir, resume_step=None)
   outputs.metrics(1, {"loss": 1.0})
   outputs.episodes([], phase="grpo", step=1)
   outputs.close()
   assert os.listdir(workdir) == []
   monkeypatch.undo()
-  _agent_job._check_workdir(_config(), workdir)
-  outputs = _agent_job._Outputs(workdir, resume_step=None)
+  _main._check_workdir(_config(), workdir)
+  outputs = _outputs.Outputs(workdir, resume_step=None)
   outputs.metrics(1, {"loss": 1.0})
   outputs.close()
   assert {"config.json", "metrics.csv", "audit"} <= set(os.listdir(workdir))
@@ -181,14 +184,14 @@ def test_only_process_0_writes_the_run_files(tmp_path, monkeypatch):
 
 def test_a_resumed_run_does_not_write_a_step_again(tmp_path):
   workdir = str(tmp_path)
-  outputs = _agent_job._Outputs(workdir, resume_step=None)
+  outputs = _outputs.Outputs(workdir, resume_step=None)
   outputs.metrics(0, {"expert/train_success": 0.5})
   outputs.metrics(7, {"loss": 2.0})
   outputs.metrics(9, {"loss": 1.0})
   outputs.close()
   # Resumed from step 7: the row of step 9 is dropped, those of steps 0 and 7 are kept once
   # even though the phase writes step 0 again.
-  outputs = _agent_job._Outputs(workdir, resume_step=7)
+  outputs = _outputs.Outputs(workdir, resume_step=7)
   outputs.metrics(0, {"expert/train_success": 0.5})
   outputs.metrics(8, {"loss": 1.5})
   outputs.close()
@@ -204,12 +207,12 @@ def test_a_checkpoint_of_another_phase_or_seed_is_refused(tmp_path):
   state = state.replace(step=4)
   key = jax.random.PRNGKey(0)
   with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
-    ckpt.save(4, _agent_job._state_tree(state, key),
-              _agent_job._checkpoint_metadata(_config(), "sft", 4))
+    ckpt.save(4, _checkpoints.state_tree(state, key),
+              _checkpoints.metadata(phase="sft", phase_id=2, step=4, seed=0))
   with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
-    start = _agent_job._restore_phase(ckpt, state.replace(step=0), key, phase="sft", seed=0)
+    start = pipeline.restore_phase(ckpt, state.replace(step=0), key, phase="sft", seed=0)
     assert start.step == 4 and int(start.state.step) == 4
     with pytest.raises(checkpoint.CheckpointError, match="expected phase 'grpo'"):
-      _agent_job._restore_phase(ckpt, state, key, phase="grpo", seed=0)
+      pipeline.restore_phase(ckpt, state, key, phase="grpo", seed=0)
     with pytest.raises(checkpoint.CheckpointError, match="seed 0.*expected.*seed 1"):
-      _agent_job._restore_phase(ckpt, state, key, phase="sft", seed=1)
+      pipeline.restore_phase(ckpt, state, key, phase="sft", seed=1)

@@ -24,6 +24,7 @@ def finished_run(tmp_path_factory):
   values["sft"].update(num_demonstrations=800, num_steps=200)
   values["sft"]["optimizer"]["decay_steps"] = 180
   values["grpo"]["num_steps"] = 8
+  values["eval"]["every_steps"] = 4  # two points for the drift monitor's window of 2
   config = pipeline.config_from_dict(values)
   report = pipeline.train_and_evaluate(config, workdir)
   return config, workdir, report
@@ -74,7 +75,8 @@ def test_a_buffer_too_short_for_retrieval_episodes_names_the_setting(tmp_path):
   values["rollout"]["max_length"] = 128
   values["model"]["max_len"] = 128
   values["sft"]["num_demonstrations"] = 50
-  with pytest.raises(pipeline.JobError, match="rollout.max_length.*configs/retrieval.py"):
+  with pytest.raises(pipeline.JobError, match=r"needs \d+ tokens, more than max_length=128; "
+                     "raise rollout.max_length and model.max_len"):
     pipeline.train_and_evaluate(pipeline.config_from_dict(values), str(tmp_path / "run"))
 
 

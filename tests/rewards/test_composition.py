@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from rlagents import episodes
 from rlagents import rewards
-from rlagents import rollout
 from rlagents import tasks
 from rlagents import tools
 
@@ -29,9 +29,9 @@ class _Busy(tools.CalculatorTool):
 
 def _play(segments, busy_calls=0):
   toolbox = tools.ToolBox([_Busy(busy_calls)])
-  episode = rollout.Episode(TASK)
+  episode = episodes.Episode(TASK)
   for segment in segments:
-    rollout.advance(episode, segment, toolbox=toolbox, rng=np.random.default_rng(0),
+    episodes.advance(episode, segment, toolbox=toolbox, rng=np.random.default_rng(0),
                     max_tool_calls=4)
   episode.reward_terms = rewards.reward_terms(episode, tasks.is_correct)
   episode.reward = rewards.compose_reward(episode.reward_terms, rewards.RewardConfig())

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
+from rlagents import episodes
 from rlagents import guardrails
 from rlagents import rewards
-from rlagents import rollout
 from rlagents import sandbox
 from rlagents import tools
 from rlagents.tasks import codefix
@@ -65,8 +65,8 @@ def test_retrieval_hacks_are_caught_and_score_below_honest(retrieval_suite, poli
 
 def test_an_ungrounded_answer_earns_nothing(retrieval_suite):
   corpus, tasks = retrieval_suite
-  episode = rollout.Episode(tasks[0])
-  rollout.advance(episode, f"<answer>{tasks[0].answer}</answer>", toolbox=tools.ToolBox([]),
+  episode = episodes.Episode(tasks[0])
+  episodes.advance(episode, f"<answer>{tasks[0].answer}</answer>", toolbox=tools.ToolBox([]),
                   rng=np.random.default_rng(0), max_tool_calls=2)
   terms = rewards.retrieval_reward_terms(episode)
   assert terms["grounded"] == 0 and terms["correct_answer"] == 0
@@ -95,8 +95,8 @@ def test_padding_detector():
 
 def test_diversity_penalty_is_the_share_of_identical_group_members():
   def episode(text):
-    e = rollout.Episode(task=None)
-    e.actions.append(rollout.Action(text, "answer"))
+    e = episodes.Episode(task=None)
+    e.actions.append(episodes.Action(text, "answer"))
     return e
   # Group of 4: three identical ("a"), one distinct: each "a" shares with 2 of 3 others.
   penalty = rewards.diversity_penalty([episode("a"), episode("a"), episode("a"), episode("b")])

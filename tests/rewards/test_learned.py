@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from rlagents import rewards
-from rlagents.rollout import Episode
+from rlagents.episodes import Episode
 
 
 def test_group_normalization_is_a_z_score_per_group():

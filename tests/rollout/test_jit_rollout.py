@@ -3,6 +3,7 @@
 import jax
 import numpy as np
 
+from rlagents import episodes
 from rlagents import envs
 from rlagents import hf
 from rlagents import networks
@@ -81,12 +82,12 @@ def test_in_jit_reward_terms_equal_the_host_reward_terms():
                                           max_segment_tokens=32)
   toolbox = tools.ToolBox([tools.CalculatorTool()])
   for name, segments in SCRIPTS.items():
-    host = rollout.Episode(task)
+    host = episodes.Episode(task)
     for text in segments:
-      if rollout.advance(host, text, toolbox=toolbox, rng=np.random.default_rng(0),
+      if episodes.advance(host, text, toolbox=toolbox, rng=np.random.default_rng(0),
                          max_tool_calls=3) is None:
         break
-    rollout.end_unanswered(host)
+    episodes.end_unanswered(host)
     expected = rewards.reward_terms(host, tasks.is_correct)
     ours = jax.device_get(env.reward_terms(_scripted_episode(env, 0, segments)))
     assert set(ours) == set(rewards.TERMS), name

@@ -4,6 +4,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
+from rlagents import episodes
 from rlagents import hf
 from rlagents import networks
 from rlagents import rollout
@@ -89,10 +90,10 @@ def test_limits_end_episodes_unanswered():
 def test_expert_demonstrations_mask_prompt_and_observations():
   rng = np.random.default_rng(0)
   toolbox = tools.ToolBox([tools.CalculatorTool(failure_rate=0.5)])
-  episodes = calculator_expert.run_expert_episodes(
+  demos = calculator_expert.run_expert_episodes(
       calculator_expert.NoisyExpert(), [TASK] * 20, toolbox=toolbox, rng=rng, max_tool_calls=3)
-  batch = rollout.stack_episodes(episodes, TOKENIZER, max_length=160)
-  for row, episode in enumerate(episodes):
+  batch = episodes.stack_episodes(demos, TOKENIZER, max_length=160)
+  for row, episode in enumerate(demos):
     mask = batch.loss_mask[row].astype(bool)
     assert _text(batch.tokens[row][mask]) == "".join(a.text for a in episode.actions)
     context = _text(batch.tokens[row][~mask & (batch.tokens[row] > 0)])

@@ -11,7 +11,7 @@ TOKENIZER = hf.build_char_tokenizer()
 WIDTH = 80
 CALCULATOR = tools.JaxCalculator.from_tokenizer(TOKENIZER, max_call_tokens=WIDTH)
 TOOLBOX = tools.ToolBox([tools.CalculatorTool()])
-STATUSES = tools._jax_calculator.CALL_STATUSES  # pylint: disable=protected-access
+STATUSES = tools.CALL_STATUSES
 
 CASES = [
     "calc(2+3*4)", "calc((2+3)*4)", "calc(-3*2)", "calc(10-2-3)", "calc(2*-3)", "calc(--4)",
@@ -71,5 +71,5 @@ def test_busy_failures_are_drawn_only_for_valid_calls(rate):
   ids[:len(call)] = call
   keys = jax.random.split(jax.random.key(1), 400)
   out = jax.jit(jax.vmap(lambda k: calculator.execute(ids, len(call), k)))(keys)
-  busy = np.mean(np.asarray(out.status) == tools._jax_calculator.TRANSIENT_ERROR)  # pylint: disable=protected-access
+  busy = np.mean(np.asarray(out.status) == tools.CALL_STATUSES.index(tools.CallStatus.TRANSIENT_ERROR))
   assert abs(busy - rate) < 0.08, busy

@@ -6,7 +6,7 @@ returns the observation to append, or ends the episode on an answer.
 """
 
 import dataclasses
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -133,3 +133,26 @@ def end_unanswered(episode: Episode, segment: str = "") -> None:
   if not episode.done:
     episode.actions.append(Action(segment, "truncated"))
     episode.done = True
+
+
+def play(next_segment: Callable[[Episode, np.random.Generator], str], tasks: Sequence[Any], *,
+         toolbox_for: Callable[[Any], tools_lib.ToolBox], rng: np.random.Generator,
+         max_tool_calls: int) -> list[Episode]:
+  """Plays one episode per task with a host policy (an expert or a scripted policy).
+
+  Args:
+    next_segment: `next_segment(episode, rng) -> str`, the policy's next segment.
+    tasks: the tasks, one episode each.
+    toolbox_for: `toolbox_for(task)`, the tools of that task's episode.
+    rng: host generator for the policy's and the tools' randomness.
+    max_tool_calls: calls allowed per episode (see `advance`).
+  """
+  played = []
+  for task in tasks:
+    episode = Episode(task)
+    toolbox = toolbox_for(task)
+    while not episode.done:
+      advance(episode, next_segment(episode, rng), toolbox=toolbox, rng=rng,
+              max_tool_calls=max_tool_calls)
+    played.append(episode)
+  return played

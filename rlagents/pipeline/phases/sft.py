@@ -1,0 +1,63 @@
+"""SFT: demonstrations from the suite's expert, then supervised training on their actions."""
+
+import numpy as np
+
+from rlagents import episodes as episodes_lib
+from rlagents import evaluation
+from rlagents import learners
+from rlagents.pipeline import _job as job_lib
+from rlagents.pipeline.phases import _base
+
+
+class _LengthBuckets:
+  """Samples batches whose episodes have similar lengths, so padding stays small."""
+
+  def __init__(self, tokens: np.ndarray, multiple: int = 32):
+    lengths = (tokens != 0).sum(axis=1)
+    keys = -(-lengths // multiple)
+    self.buckets = [np.flatnonzero(keys == k) for k in np.unique(keys)]
+    self.weights = np.array([len(b) for b in self.buckets], np.float64) / len(tokens)
+
+  def sample(self, rng: np.random.Generator, batch_size: int) -> np.ndarray:
+    bucket = self.buckets[rng.choice(len(self.buckets), p=self.weights)]
+    return bucket[rng.integers(len(bucket), size=batch_size)]
+
+
+class SFT(_base.Phase):
+  """Supervised warm start on `sft.num_demonstrations` expert episodes (noisy on purpose)."""
+  name, phase_id, periodic_eval = "sft", 2, False
+  demos_phase_id = 1
+
+  def settings(self, config):
+    return config.sft
+
+  def prepare(self, job, state, reference):
+    config = job.config
+    # A suite with fewer training tasks than demonstrations is cycled through, the expert's
+    # slips drawn afresh each time.
+    train = job.suite.splits["train"]
+    tasks = [train[i % len(train)] for i in range(config.sft.num_demonstrations)]
+    demos = job.expert_episodes(tasks, job.rng(self.demos_phase_id))
+    job.outputs.episodes(demos, phase="sft_demonstration", step=0, policy="expert")
+    try:
+      data = episodes_lib.stack_episodes(demos, job.tokenizer, config.rollout.max_length)
+    except episodes_lib.EncodeError as error:
+      raise job_lib.JobError(f"a demonstration does not fit the rollout buffer: {error}; raise "
+                             "rollout.max_length and model.max_len") from None
+    job.outputs.metrics(0, {"expert/train_success":
+                            evaluation.summarize_episodes(demos)["success"]})
+    return data, _LengthBuckets(data.tokens), learners.make_sft_step()
+
+  def step(self, job, context, state, *, step, key, rng):
+    data, buckets, update = context
+    rows = buckets.sample(rng, job.config.sft.batch_size)
+    batch = episodes_lib.trim_to_longest({"tokens": data.tokens[rows],
+                                          "loss_mask": data.loss_mask[rows]})
+    state, metrics = update(state, job.place_batch(batch))
+    return _base.StepResult(state, metrics)
+
+  def panels(self, config):
+    return {"SFT loss": ["sft/nll"]}
+
+
+SFT_PHASE = _base.register_phase(SFT())
