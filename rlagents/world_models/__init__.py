@@ -1,0 +1,54 @@
+"""Learned simulators: a Dreamer-style RSSM world model, imagination, and the model as an env.
+
+    model = world_models.WorldModel(world_models.WorldModelConfig(), obs_size=4, num_actions=2)
+    params = model.init(key)
+    loss, (metrics, posterior) = model.loss(params, sequences, keys)
+    states, actions = model.imagine(params, start_state, policy, key, horizon=15)
+    sim = world_models.WorldModelEnv(model, params, start_obs)   # an rlagents.envs.Environment
+
+The DreamerV3 techniques (symlog, two-hot, unimix, KL balancing with free bits, lambda-returns,
+percentile return scaling) are pure functions here; `rlagents.learners.dreamer` trains a model
+and an actor-critic in its imagination.
+"""
+
+from rlagents.world_models._functions import categorical_kl
+from rlagents.world_models._functions import kl_balance_losses
+from rlagents.world_models._functions import lambda_returns
+from rlagents.world_models._functions import ReturnScale
+from rlagents.world_models._functions import sample_onehot
+from rlagents.world_models._functions import symexp
+from rlagents.world_models._functions import symlog
+from rlagents.world_models._functions import symlog_bins
+from rlagents.world_models._functions import twohot
+from rlagents.world_models._functions import twohot_loss
+from rlagents.world_models._functions import twohot_mean
+from rlagents.world_models._functions import unimix_logits
+from rlagents.world_models._functions import update_return_scale
+from rlagents.world_models._rssm import RSSMState
+from rlagents.world_models._rssm import Sequences
+from rlagents.world_models._rssm import WorldModel
+from rlagents.world_models._rssm import WorldModelConfig
+from rlagents.world_models._simulator import WorldModelEnv
+from rlagents.world_models._simulator import WorldModelEnvState
+
+__all__ = [
+    "RSSMState",
+    "ReturnScale",
+    "Sequences",
+    "WorldModel",
+    "WorldModelConfig",
+    "WorldModelEnv",
+    "WorldModelEnvState",
+    "categorical_kl",
+    "kl_balance_losses",
+    "lambda_returns",
+    "sample_onehot",
+    "symexp",
+    "symlog",
+    "symlog_bins",
+    "twohot",
+    "twohot_loss",
+    "twohot_mean",
+    "unimix_logits",
+    "update_return_scale",
+]
