@@ -2,7 +2,7 @@ r"""Runs one Python snippet through the review gate, asking a person on the term
 
     python -m experiments.review --code="print(sum(range(10)))"
 
-The Python runner's cost tag ("medium") is gated here, so nothing runs until you answer `y`;
+The Python runner's cost tag ("high") is gated, so nothing runs until you answer `y`;
 any other answer is a refusal, shown as the observation the agent would read. In training
 there is no reviewer and gated calls are denied (`guardrails.ReviewGate()`).
 """
@@ -23,8 +23,7 @@ _CODE = flags.DEFINE_string("code", "print('hello from the sandbox')",
 def main(argv):
   del argv
   runner = tools.PythonRunnerTool()
-  gate = guardrails.ReviewGate(approve=guardrails.interactive_approver(),
-                               gated_costs=("medium", "high", "irreversible"))
+  gate = guardrails.ReviewGate(approve=guardrails.interactive_approver())
   box = tools.ToolBox([runner], guard=guardrails.Guard(
       guardrails.AllowListPolicy({"python": None}), gate))
   result = box.execute(f"python({json.dumps({'code': _CODE.value})})", np.random.default_rng(0))

@@ -93,6 +93,9 @@ def describe_run(result: sandbox.SandboxResult | sandbox.TestVerdict) -> str:
 class PythonRunnerTool:
   """Runs a Python snippet in the sandbox; the observation is its output and any violation.
 
+  Tagged cost "high": behind `guardrails.guarded_toolbox` every call waits for a reviewer, so
+  in training (no reviewer) it is denied and counted.
+
   Args:
     limits: the sandbox's CPU, memory, process, file and output limits.
     files: file name -> contents, pinned in the sandbox's directory (None: none): the kernel
@@ -109,7 +112,8 @@ class PythonRunnerTool:
         name=name, description="Runs Python code in a sandbox and returns its output.",
         parameters={"type": "object", "required": ["code"], "additionalProperties": False,
                     "properties": {"code": {"type": "string", "maxLength": 4000}}},
-        cost="medium")
+        # Arbitrary code: the review gate holds it (denied in training, where nobody reviews).
+        cost="high")
 
   def __call__(self, arguments: str, rng: np.random.Generator) -> str:
     del rng

@@ -51,6 +51,18 @@ def test_review_gated_action_is_denied_without_a_reviewer():
   assert not deploy.ran
 
 
+def test_the_built_in_code_runner_is_held_by_the_review_gate():
+  """Arbitrary code is tagged high-cost: denied with no reviewer (training), run when approved."""
+  assert tools.PythonRunnerTool().spec.cost == "high"
+  call = 'python({"code": "print(6 * 7)"})'
+  denied = guardrails.guarded_toolbox([tools.PythonRunnerTool()]).execute(call, RNG)
+  assert denied.status == tools.CallStatus.DENIED
+  assert denied.observation == "error: denied: python needs review"
+  approved = guardrails.guarded_toolbox([tools.PythonRunnerTool()],
+                                        approve=lambda call, spec: True).execute(call, RNG)
+  assert approved.status == tools.CallStatus.OK and "42" in approved.observation
+
+
 @pytest.mark.parametrize("reply, runs", [("y", True), ("yes", True), ("n", False), ("", False)])
 def test_the_interactive_reviewer_approves_only_yes(reply, runs):
   deploy = _Recorder()
