@@ -78,23 +78,3 @@ def forward_logprobs(apply_fn, params, tokens: jax.Array) -> jax.Array:
   positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
   logits, _ = apply_fn(params, tokens, positions)
   return token_logprobs(logits, tokens)
-
-
-def reduce_across(tree, weight: jax.Array, axis_name) -> object:
-  """Combines per-device means into the mean over all devices' data (identity when `axis_name` is None).
-
-  Each device's `tree` (gradients or metrics) is a mean over its own shard, whose denominator is
-  `weight` (its token count, say). The whole batch's mean is the weight-averaged per-device mean,
-  `psum(weight * tree) / psum(weight)`; with equal weights this is `lax.pmean`. So a data-parallel
-  update equals the single-device update on the concatenated batch.
-
-  Args:
-    tree: a pytree of per-device means.
-    weight: scalar, this device's share of the mean's denominator.
-    axis_name: the mapped axis name (or tuple of names) to reduce over, or None.
-  """
-  if axis_name is None:
-    return tree
-  total = jax.lax.psum(weight, axis_name)
-  share = weight / jnp.maximum(total, 1e-9)
-  return jax.tree.map(lambda x: jax.lax.psum(x * share, axis_name), tree)

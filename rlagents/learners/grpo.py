@@ -12,12 +12,14 @@ name from `rlagents.losses`.
 """
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from rlagents import losses
+from rlagents import parallel
 from rlagents.learners import _state
 from rlagents.learners import sft
 
@@ -141,6 +143,39 @@ def _aggregation_weight(mask: jax.Array, aggregation: str) -> jax.Array:
   return jnp.float32(mask.shape[0])  # seq_sum_max_len: a mean over rows
 
 
+def _grpo_grads(state, params, ref_params, batch, *, config: GRPOConfig, axis_name=None):
+  """The gradient part of `grpo_update`: this shard's mean gradient, weight and reduced metrics."""
+  grad_fn = jax.value_and_grad(grpo_loss, has_aux=True)
+  (_, metrics), grads = grad_fn(params, state.apply_fn, ref_params, batch,
+                                config=config, max_len=batch["tokens"].shape[1])
+  weight = _aggregation_weight(batch["loss_mask"], config.aggregation)
+  metrics = parallel.reduce_across(metrics, weight, axis_name)
+  advantage_abs_mean = jnp.abs(batch["advantages"]).mean()
+  if axis_name is not None:  # a plain mean over rows, not the loss's weighting
+    advantage_abs_mean = jax.lax.pmean(advantage_abs_mean, axis_name)
+  metrics["grpo/advantage_abs_mean"] = advantage_abs_mean
+  return grads, weight, metrics
+
+
+def _grpo_apply(state, grads, metrics):
+  metrics = {**metrics, "grpo/grad_norm": sft.global_norm(grads)}
+  return state.apply_gradients(grads=grads), metrics
+
+
+def grpo_split_update(config: GRPOConfig) -> parallel.SplitUpdate:
+  """`grpo_update` as its gradient and optimizer parts (`parallel.SplitUpdate`).
+
+  Called as `split(state, ref_params, batch, axis_name=None)` it is `grpo_update`; given to
+  `parallel.make_update_step` on an fsdp mesh it keeps the parameters and optimizer state
+  sharded (only the parameters and the reference are gathered for the step).
+
+  Args:
+    config: the GRPO settings.
+  """
+  return parallel.SplitUpdate(grads=functools.partial(_grpo_grads, config=config),
+                              apply=_grpo_apply)
+
+
 def grpo_update(state, ref_params, batch, *, config: GRPOConfig, axis_name=None):
   """One GRPO optimizer step, pure: `(state, ref_params, batch) -> (state, metrics)`.
 
@@ -157,17 +192,7 @@ def grpo_update(state, ref_params, batch, *, config: GRPOConfig, axis_name=None)
     config: the GRPO settings.
     axis_name: the mapped device axis (or tuple of axes), or None on one device.
   """
-  grad_fn = jax.value_and_grad(grpo_loss, has_aux=True)
-  (_, metrics), grads = grad_fn(state.params, state.apply_fn, ref_params, batch,
-                                config=config, max_len=batch["tokens"].shape[1])
-  metrics["grpo/advantage_abs_mean"] = jnp.abs(batch["advantages"]).mean()
-  weight = _aggregation_weight(batch["loss_mask"], config.aggregation)
-  grads, metrics = _state.reduce_across((grads, metrics), weight, axis_name)
-  if axis_name is not None:  # a plain mean over rows, not the loss's weighting
-    metrics["grpo/advantage_abs_mean"] = jax.lax.pmean(
-        jnp.abs(batch["advantages"]).mean(), axis_name)
-  metrics["grpo/grad_norm"] = sft.global_norm(grads)
-  return state.apply_gradients(grads=grads), metrics
+  return grpo_split_update(config)(state, ref_params, batch, axis_name=axis_name)
 
 
 def make_grpo_step(config: GRPOConfig):
@@ -202,12 +227,16 @@ class MicrobatchedGRPOStep:
     microbatch_size: episodes per micro-batch.
     length_multiple: micro-batches are trimmed to a multiple of this many tokens (fewer shapes
       to compile).
+    place_batch: puts each micro-batch where the update runs, e.g. split over a device mesh
+      (`rlagents.parallel`), so its jitted pieces run data-parallel; default: as it is.
   """
 
-  def __init__(self, config: GRPOConfig, *, microbatch_size: int, length_multiple: int = 32):
+  def __init__(self, config: GRPOConfig, *, microbatch_size: int, length_multiple: int = 32,
+               place_batch=None):
     self.config = config
     self.microbatch_size = microbatch_size
     self.length_multiple = length_multiple
+    self.place_batch = place_batch or (lambda batch: batch)
     self._advantages = jax.jit(lambda batch: _with_advantages(batch, config)["advantages"])
 
     def weighted_grads(params, apply_fn, ref_params, batch, weight, max_len):
@@ -259,7 +288,8 @@ class MicrobatchedGRPOStep:
           "old_logprobs": batch["old_logprobs"][rows, :used],
           "advantages": advantages[rows],
       }
-      g, m = self._grads(state.params, state.apply_fn, ref_params, micro, weight, full_length)
+      g, m = self._grads(state.params, state.apply_fn, ref_params, self.place_batch(micro),
+                         weight, full_length)
       grads = g if grads is None else self._add(grads, g)
       metrics = m if metrics is None else self._add(metrics, m)
     state, grad_norm = self._apply(state, grads)

@@ -34,6 +34,7 @@ The single-minibatch step is `make_minibatch_update(learner)` (with an `axis_nam
 
 import dataclasses
 import functools
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +47,7 @@ from jax import lax
 
 from rlagents import envs
 from rlagents import losses
+from rlagents import parallel
 from rlagents.networks import mlp
 
 Metrics = dict[str, jax.Array]
@@ -505,12 +507,27 @@ def ppo_minibatch_update(train, batch: Minibatch, *, config: PPOConfig,
   Returns:
     `((params, opt_state), metrics)`, metrics the scalar losses and diagnostics of the step.
   """
-  params, opt_state = train
+  grads, _, metrics = _ppo_grads(train, train[0], batch, config=config, network=network,
+                                 axis_name=axis_name)
+  if axis_name is not None:
+    grads = lax.pmean(grads, axis_name)
+  return _ppo_apply(train, grads, metrics, optimizer=optimizer)
+
+
+def _ppo_grads(train, params, batch: Minibatch, *, config: PPOConfig, network: mlp.ActorCritic,
+               axis_name=None):
+  """The gradient part of `ppo_minibatch_update`: shards weigh the same (weight 1)."""
+  del train  # the parameters come whole in `params`
   grads, metrics = jax.grad(_ppo_loss, has_aux=True)(params, batch, config=config,
                                                      network=network, axis_name=axis_name)
   if axis_name is not None:
-    grads, metrics = lax.pmean((grads, metrics), axis_name)
-  metrics["grad_norm"] = optax.global_norm(grads)
+    metrics = lax.pmean(metrics, axis_name)
+  return grads, jnp.float32(1.0), metrics
+
+
+def _ppo_apply(train, grads, metrics, *, optimizer: optax.GradientTransformation):
+  params, opt_state = train
+  metrics = {**metrics, "grad_norm": optax.global_norm(grads)}
   updates, opt_state = optimizer.update(grads, opt_state, params)
   return (optax.apply_updates(params, updates), opt_state), metrics
 
@@ -525,6 +542,22 @@ def make_minibatch_update(learner: PPOLearner):
   """
   return functools.partial(ppo_minibatch_update, config=learner.config, network=learner.network,
                            optimizer=learner.optimizer)
+
+
+def make_split_minibatch_update(learner: PPOLearner) -> parallel.SplitUpdate:
+  """`make_minibatch_update(learner)` as its gradient and optimizer parts (`parallel.SplitUpdate`).
+
+  Called as `split((params, opt_state), batch, axis_name=None)` it is the minibatch step; given
+  to `parallel.make_update_step` on an fsdp mesh it keeps the parameters and optimizer state
+  sharded.
+
+  Args:
+    learner: from `make_learner`.
+  """
+  return parallel.SplitUpdate(
+      grads=functools.partial(_ppo_grads, config=learner.config, network=learner.network),
+      apply=functools.partial(_ppo_apply, optimizer=learner.optimizer),
+      params=operator.itemgetter(0))
 
 
 def make_train(config: PPOConfig,

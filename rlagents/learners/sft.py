@@ -5,6 +5,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from rlagents import parallel
 from rlagents.learners import _state
 
 
@@ -48,6 +49,32 @@ def sft_loss(params, apply_fn, tokens: jax.Array, loss_mask: jax.Array):
   return nll, {"sft/nll": nll, "sft/tokens": loss_mask.sum()}
 
 
+def _sft_grads(state, params, batch, *, axis_name=None):
+  """The gradient part of `sft_update`: this shard's mean gradient, its token count, metrics."""
+  grad_fn = jax.value_and_grad(sft_loss, has_aux=True)
+  (_, metrics), grads = grad_fn(params, state.apply_fn, batch["tokens"], batch["loss_mask"])
+  tokens = batch["loss_mask"].sum()
+  metrics = parallel.reduce_across(metrics, tokens, axis_name)
+  if axis_name is not None:
+    metrics["sft/tokens"] = jax.lax.psum(tokens, axis_name)
+  return grads, tokens, metrics
+
+
+def _sft_apply(state, grads, metrics):
+  metrics = {**metrics, "sft/grad_norm": global_norm(grads)}
+  return state.apply_gradients(grads=grads), metrics
+
+
+def sft_split_update() -> parallel.SplitUpdate:
+  """`sft_update` as its gradient and optimizer parts (`parallel.SplitUpdate`).
+
+  Called as `split(state, batch, axis_name=None)` it is `sft_update` (without the unused key);
+  given to `parallel.make_update_step` on an fsdp mesh it keeps the parameters and optimizer
+  state sharded.
+  """
+  return parallel.SplitUpdate(grads=_sft_grads, apply=_sft_apply)
+
+
 def sft_update(state, batch, key=None, *, axis_name=None):
   """One optimizer step; pure `(state, batch, key) -> (state, metrics)`.
 
@@ -62,14 +89,7 @@ def sft_update(state, batch, key=None, *, axis_name=None):
     axis_name: the mapped device axis, or None on one device.
   """
   del key  # deterministic
-  grad_fn = jax.value_and_grad(sft_loss, has_aux=True)
-  (_, metrics), grads = grad_fn(state.params, state.apply_fn, batch["tokens"], batch["loss_mask"])
-  tokens = batch["loss_mask"].sum()
-  grads, metrics = _state.reduce_across((grads, metrics), tokens, axis_name)
-  if axis_name is not None:
-    metrics["sft/tokens"] = jax.lax.psum(tokens, axis_name)
-  metrics["sft/grad_norm"] = global_norm(grads)
-  return state.apply_gradients(grads=grads), metrics
+  return sft_split_update()(state, batch, axis_name=axis_name)
 
 
 def global_norm(tree) -> jax.Array:

@@ -36,25 +36,34 @@ def state_specs(tree, mesh: Mesh, *, min_size: int = 1024):
 
 
 def shard_state(tree, mesh: Mesh, *, min_size: int = 1024):
-  """Puts a train state (or params) on `mesh` by `state_specs`."""
+  """Puts a train state (or params) on `mesh` by `state_specs`.
+
+  Arrays already laid out so (e.g. the state an update step returned) are kept as they are,
+  without a copy. Host arrays come from every process's identical copy, so this also works on a
+  mesh of several processes.
+  """
   specs = state_specs(tree, mesh, min_size=min_size)
 
   def put(x, spec):
-    # From every process's identical host copy, so it also works on a multi-host mesh.
+    sharding = NamedSharding(mesh, spec)
+    if isinstance(x, jax.Array):
+      if x.sharding == sharding or x.sharding.is_equivalent_to(sharding, x.ndim):
+        return x
+      if x.is_fully_addressable == sharding.is_fully_addressable:
+        return jax.device_put(x, sharding)  # same processes: a copy between devices
     host = np.asarray(x)
-    return jax.make_array_from_callback(host.shape, NamedSharding(mesh, spec),
-                                        lambda index: host[index])
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
   return jax.tree.map(put, tree, specs)
 
 
-def check_batch(batch, num_shards: int) -> None:
+def check_batch(batch, num_shards: int, *, what: str = "devices") -> None:
   """Raises ValueError naming the field when a batch's leading size is not divisible."""
   for path, x in jax.tree_util.tree_leaves_with_path(batch):
     size = np.shape(x)[0] if np.ndim(x) else None
     if size is None or size % num_shards:
       raise ValueError(f"batch field {jax.tree_util.keystr(path)} has leading size {size}, not "
-                       f"divisible by the {num_shards} devices it is split over")
+                       f"divisible by the {num_shards} {what} it is split over")
 
 
 def shard_batch(batch, mesh: Mesh):
@@ -64,7 +73,13 @@ def shard_batch(batch, mesh: Mesh):
   the processes' parts concatenated in process order.
   """
   local_devices = sum(d.process_index == jax.process_index() for d in mesh.devices.flat)
-  check_batch(batch, local_devices)
+  several = local_devices < mesh.devices.size
+  check_batch(batch, local_devices, what="devices of this process" if several else "devices")
   sharding = NamedSharding(mesh, BATCH_SPEC)
-  return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)),
-                      batch)
+
+  def put(x):
+    if isinstance(x, jax.Array) and x.sharding == sharding:
+      return x  # already placed
+    return jax.make_array_from_process_local_data(sharding, np.asarray(x))
+
+  return jax.tree.map(put, batch)

@@ -1,17 +1,23 @@
-"""Two processes on localhost through jax.distributed run GRPO steps together; and the
-multi-host settings are read, or refused, as documented."""
+"""Two processes on localhost through jax.distributed run GRPO steps together (fsdp across the
+processes, equal to one process's steps on the whole batch); and the multi-host settings are
+read, or refused, as documented."""
 
+import functools
 import glob
+import importlib.util
 import json
 import os
 import socket
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
+from rlagents import learners
 from rlagents import parallel
+from rlagents.learners import grpo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -20,6 +26,42 @@ def _free_port():
   with socket.socket() as s:
     s.bind(("localhost", 0))
     return s.getsockname()[1]
+
+
+def test_two_processes_fsdp_grpo_equals_one_process(tmp_path):
+  # launch/multiprocess_local.sh: 2 processes x 2 CPU devices, gloo collectives, the mesh all on
+  # 'fsdp' so parameters and optimizer state are split across the processes.
+  env = {**os.environ, "PYTHON": sys.executable, "PORT": str(_free_port()),
+         "LOG_DIR": str(tmp_path / "logs"),
+         "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+  worker = os.path.join(ROOT, "tests", "parallel", "grpo_worker.py")
+  result = subprocess.run([os.path.join(ROOT, "launch", "multiprocess_local.sh"), "2", worker,
+                           str(tmp_path)], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+  logs = "".join(open(f).read()[-3000:] for f in sorted(glob.glob(str(tmp_path / "logs/*"))))
+  assert result.returncode == 0, result.stderr + logs
+  spec = importlib.util.spec_from_file_location("grpo_worker", worker)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  # The same steps in this one process, on the whole batch, on one device.
+  model, params, config = module.setup()
+  state = learners.create_train_state(model, params, config.optimizer)
+  update = jax.jit(functools.partial(grpo.grpo_update, config=config))
+  losses = []
+  for i in range(module.STEPS):
+    state, metrics = update(state, params, module.batch(config, i))
+    losses.append(float(metrics["grpo/loss"]))
+  expected = {jax.tree_util.keystr(p): np.asarray(x)
+              for p, x in jax.tree_util.tree_leaves_with_path(state.params)}
+  moved = max(np.abs(expected[k] - np.asarray(x)).max() for k, x in
+              zip(expected, jax.tree.leaves(params)))
+  assert moved > 1e-4  # the steps really changed the parameters
+  for pid in range(2):
+    got = np.load(tmp_path / f"process_{pid}.npz")
+    assert int(got["devices"]) == 4
+    np.testing.assert_allclose(got["losses"], losses, rtol=1e-5)
+    for name, value in expected.items():
+      np.testing.assert_allclose(got[name], value, rtol=2e-5, atol=2e-6, err_msg=name)
 
 
 @pytest.mark.slow
