@@ -131,6 +131,8 @@ def run_scripted_suite(suite: tasks_lib.TaskSuite, config, workdir: str) -> dict
   audit = guardrails.AuditLog(os.path.join(workdir, "audit", "episodes.jsonl"), resume_step=None)
   policy = config.scripted_policy or "honest"
   report = {"task": suite.name, "policy": policy, "splits": {}}
+  if suite.name == "codefix":  # Its tools and reward run code: say how it was isolated.
+    report["sandbox_isolation"] = sandbox.isolation_mode()
   for index, split in enumerate(SCRIPTED_SPLITS):
     tasks = list(suite.splits[split])[:config.eval.curve_tasks]
     rng = np.random.default_rng([config.seed, 5, index])

@@ -9,6 +9,7 @@ import pytest
 from rlagents import guardrails
 from rlagents import pipeline
 from rlagents import rewards
+from rlagents import sandbox
 from rlagents import tasks
 from rlagents import tools
 from rlagents.pipeline import _job
@@ -68,6 +69,8 @@ def test_replay_reproduces_job_episodes_of_the_other_suites(tmp_path, task, poli
 
 def test_the_job_report_counts_detections(tmp_path):
   report = pipeline.train_and_evaluate(_scripted_config("codefix", "edit_test"), str(tmp_path))
+  with open(tmp_path / "report.json") as f:
+    assert json.load(f)["sandbox_isolation"] == sandbox.isolation_mode()
   for summary in report["splits"].values():
     assert summary["detectors"]["test_tampering"] == summary["episodes"] > 0
     assert summary["success"] == 0.0
