@@ -29,6 +29,8 @@ from rlagents.envs._connect_four_minimax import minimax_values
 from rlagents.envs._gymnax import GymnaxEnv
 from rlagents.envs._maze import KeyDoorMaze
 from rlagents.envs._maze import KeyDoorMazeState
+from rlagents.envs._maze import ProceduralKeyDoorMaze
+from rlagents.envs._maze import ProceduralMazeState
 from rlagents.envs._pgx import GAMES
 from rlagents.envs._pgx import make_game
 from rlagents.envs._pgx import PgxGame
@@ -67,6 +69,8 @@ __all__ = [
     "InvalidEnvironmentError",
     "KeyDoorMaze",
     "KeyDoorMazeState",
+    "ProceduralKeyDoorMaze",
+    "ProceduralMazeState",
     "MatchResult",
     "PgxGame",
     "Policy",

@@ -7,6 +7,7 @@ from rlagents.envs import _maze
 _BUILT_IN = {
     "CartPole-v1": _cartpole.CartPole,
     "KeyDoorMaze-v0": _maze.KeyDoorMaze,
+    "ProceduralKeyDoorMaze-v0": _maze.ProceduralKeyDoorMaze,
 }
 ENVIRONMENTS = tuple(_BUILT_IN)
 GYMNAX_PREFIX = "gymnax/"
