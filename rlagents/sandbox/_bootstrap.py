@@ -24,7 +24,10 @@ def _main():
   root = os.path.realpath(root)
   readable = tuple({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
                                                   sys.base_exec_prefix, *site_dirs)}) + (
-                                                      os.path.realpath(__file__),)
+      # This file and the kernel mode's process 1 (whose frame is under the code's in that
+      # mode): a printed stack reads their source.
+      os.path.realpath(__file__), os.path.join(os.path.dirname(os.path.realpath(__file__)),
+                                               "_init.py"))
   pinned = frozenset(os.path.realpath(os.path.join(root, p))
                      for p in os.environ.pop("SANDBOX_PINNED", "").split("\0") if p)
   reports = [0]

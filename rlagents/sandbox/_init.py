@@ -16,8 +16,10 @@ pid namespace. It builds the run's filesystem and then stays as the namespace's 
    and removals of it. `pivot_root` then detaches the host's root: nothing else of the host is
    reachable from the namespace, by any interface.
 2. It joins the run's cgroups (memory, pids) when the host made them, and forks the child,
-   which sets the resource limits, drops to the unprivileged user (groups cleared, `PR_SET_NO_NEW_PRIVS`, so no set-uid program
-   or file capability can raise it again) and executes the bootstrap.
+   which sets the resource limits, drops to the unprivileged user (groups cleared,
+   `PR_SET_NO_NEW_PRIVS`, so no set-uid program or file capability can raise it again), takes
+   the run's environment and runs the bootstrap in the interpreter it already is (started with
+   the child's flags, `-I -S -B`), which saves a second interpreter start on every run.
 3. It reaps every process of the namespace until the child exits or the wall clock runs out, then
    kills whatever is left (double-forked or new-session processes included: they are all in this
    pid namespace, and the kernel kills them all when process 1 exits) and writes the child's
@@ -114,10 +116,61 @@ def _start_child(spec, status_fd):
     _check(_LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     if os.getuid() != uid or os.geteuid() != uid:
       os._exit(125)
-    os.execve(spec["argv"][0], spec["argv"], spec["env"])
+    os.environ.clear()
+    os.environ.update(spec["env"])
   except BaseException as e:  # pylint: disable=broad-except
     os.write(2, f"sandbox init: {e}\n".encode())
-  os._exit(126)
+    os._exit(126)
+  os._exit(_run_bootstrap(spec["argv"][4:]))
+
+
+def _run_bootstrap(argv):
+  """Runs the bootstrap in this (forked, unprivileged) interpreter, as `python argv` would.
+
+  The interpreter was started with the child's flags (-I -S -B) and hash seed, so starting a
+  second one for the child would only add its start-up time to every run. Returns the exit
+  status the interpreter would have given.
+  """
+  sys.argv = list(argv)
+  # The code must meet what it would in a fresh interpreter: ctypes not loaded (importing it
+  # opens a library, which the bootstrap's audit hook refuses).
+  for name in [n for n in sys.modules if n == "ctypes" or n.startswith("ctypes.")]:
+    del sys.modules[name]
+  status = 0
+  try:
+    with open(argv[0], "rb") as f:
+      source = f.read()
+    namespace = {"__name__": "__sandbox_bootstrap__", "__file__": argv[0],
+                 "__builtins__": __builtins__}
+    exec(compile(source, argv[0], "exec"), namespace)  # pylint: disable=exec-used
+  except SystemExit as e:
+    if e.code is None:
+      status = 0
+    elif isinstance(e.code, int):
+      status = e.code & 0xFF
+    else:
+      print(e.code, file=sys.stderr)
+      status = 1
+  except BaseException as e:  # pylint: disable=broad-except
+    # From the bootstrap's frame on, as the interpreter would print it (this file's frame would
+    # have its source looked up, outside what the run may read).
+    e = e.with_traceback(e.__traceback__.tb_next)
+    sys.excepthook(type(e), e, e.__traceback__)
+    status = 1
+  # What the interpreter does on its way out: wait for threads, run atexit, flush.
+  try:
+    if "threading" in sys.modules:
+      sys.modules["threading"]._shutdown()  # pylint: disable=protected-access
+    import atexit  # pylint: disable=g-import-not-at-top
+    atexit._run_exitfuncs()  # pylint: disable=protected-access
+  except BaseException:  # pylint: disable=broad-except
+    pass
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except BaseException:  # pylint: disable=broad-except
+      status = status or 120
+  return status
 
 
 def _supervise(child, wall_seconds):

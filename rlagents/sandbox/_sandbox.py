@@ -441,7 +441,7 @@ def _read_only_view() -> tuple[list[str], dict[str, str]]:
   """(directories and files bound read-only into a kernel-mode run, root symlinks to copy)."""
   wanted = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
                                           sys.base_exec_prefix, os.path.dirname(sys.executable))}
-  wanted |= {"/usr", os.path.realpath(_BOOTSTRAP)}
+  wanted |= {"/usr", os.path.realpath(_BOOTSTRAP), os.path.realpath(_INIT)}
   links = {}
   for name in _ROOT_LINKS:
     if os.path.islink(name):

@@ -99,6 +99,18 @@ def test_the_run_says_which_mode_ran():
   assert result.network_isolated
 
 
+def test_the_code_meets_a_fresh_interpreter():
+  # The child runs in process 1's forked interpreter: none of process 1's state may show, and a
+  # printed stack (which reads process 1's source) is no violation.
+  result = _run("import sys, traceback\n"
+                "print('ctypes' in sys.modules, sys.flags.isolated, sys.flags.no_site, __name__)\n"
+                "traceback.print_stack()\n"
+                "raise SystemExit(7)\n")
+  assert result.stdout == "False 1 1 __main__\n", result
+  assert result.returncode == 7 and not result.violations, result
+  assert 'File "main.py", line' in result.stderr and 'print_stack' in result.stderr
+
+
 def test_new_session_and_double_forked_processes_do_not_survive_the_run():
   session, double = _marker(), _marker()
   code = (f"spawn(['/bin/sleep', '{session}'], session=True)\n"
