@@ -1,0 +1,105 @@
+r"""AlphaZero-style self-play with a league on pgx games (Connect Four by default).
+
+Run (times on the shared 2-core dev CPU; see docs/selfplay.md for the measured figures):
+
+    python -m experiments.train_selfplay --workdir=/tmp/selfplay_c4
+        Connect Four from scratch, search over the true game (Gumbel MuZero, 32 simulations),
+        256 games per iteration, a league of 8 past selves; stops after `time_budget_minutes`
+        of training, then plays 1,000 games against random and 200 against depth-4 minimax.
+    python -m experiments.train_selfplay --workdir=/tmp/selfplay_muzero \
+        --config=experiments/configs/selfplay.py:muzero
+        The same with search over a learned model (MuZero).
+    python -m experiments.train_selfplay --workdir=/tmp/smoke \
+        --config=experiments/configs/selfplay.py:smoke
+        A few iterations of a tiny setting (~1-2 min with compilation).
+
+Variants, comma-separated after the colon: 'connect_four' (default), 'othello' or 'go_9x9';
+'muzero' (learned model); 'smoke'. Override any field, e.g. `--config.az.num_games=128
+--config.time_budget_minutes=30`.
+
+Fields: `az` (the fields of `rlagents.learners.alphazero.AlphaZeroConfig`, `az.search` those of
+`rlagents.search.SearchConfig`; validated when the run starts); `seed`; `num_iterations` (the
+most iterations; the run also stops after `time_budget_minutes` of training, whichever is first);
+`log_every` (iterations between CSV rows and progress lines); `eval_every` (iterations between
+evaluations: games against random, against minimax (Connect Four), against the previous
+evaluation's parameters; each feeds the Elo table); `eval_games` (games per opponent there);
+`eval_minimax_depths`; `eval_simulations` (the evaluation search's simulations); `final_random_games`
+and `final_minimax_games` (the final evaluation, at `final_minimax_depth`, the learner searching
+with `final_simulations`); `checkpoint_every`
+(iterations between Orbax checkpoints; the run resumes from the newest); `num_devices` (devices
+the iteration is split over, 1 = plain jit).
+"""
+
+import dataclasses
+
+import ml_collections
+
+from experiments import _cli
+from rlagents.learners import alphazero
+from rlagents.search import SearchConfig
+
+GAMES = ("connect_four", "othello", "go_9x9")
+OPTIONS = ("muzero", "smoke")
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  parts = [p for p in (arg or "").split(",") if p]
+  unknown = [p for p in parts if p not in GAMES + OPTIONS]
+  if unknown:
+    hint = _cli.closest(unknown[0], GAMES + OPTIONS)
+    raise ValueError(f"unknown config variant(s) {unknown}{hint} (choose one of {GAMES} and "
+                     f"optionally {OPTIONS}, comma-separated)")
+  games = [p for p in parts if p in GAMES]
+  if len(games) > 1:
+    raise ValueError(f"choose one game, got {games}")
+  game = games[0] if games else "connect_four"
+
+  config = ml_collections.ConfigDict()
+  config.seed = 0
+  values = dataclasses.asdict(alphazero.AlphaZeroConfig())
+  values["search"] = dataclasses.asdict(SearchConfig())
+  config.az = ml_collections.ConfigDict(values)
+  config.az.game = game
+  config.num_iterations = 100_000
+  config.time_budget_minutes = 45.0
+  config.log_every = 10
+  config.eval_every = 50
+  config.eval_games = 100
+  config.eval_minimax_depths = (2, 4)
+  config.eval_simulations = 32
+  config.final_simulations = 64
+  config.final_random_games = 1000
+  config.final_minimax_games = 200
+  config.final_minimax_depth = 4
+  config.checkpoint_every = 50
+  config.num_devices = 1
+
+  if game != "connect_four":
+    config.eval_minimax_depths = ()
+    config.final_minimax_games = 0
+    config.az.num_moves = 64
+    config.az.num_games = 128
+    config.az.torso = "conv"
+  if "muzero" in parts:
+    config.az.model = "learned"
+  if "smoke" in parts:
+    config.az.num_games = 32
+    config.az.num_moves = 42 if game == "connect_four" else 16
+    config.az.batch_size = 128
+    config.az.updates_per_iteration = 8
+    config.az.search.num_simulations = 8
+    config.az.hidden_sizes = (64, 64)
+    config.az.league_size = 2
+    config.az.league_add_every = 2
+    config.num_iterations = 6
+    config.log_every = 2
+    config.eval_every = 3
+    config.eval_games = 20
+    config.eval_minimax_depths = (1,) if game == "connect_four" else ()
+    config.eval_simulations = 8
+    config.final_simulations = 8
+    config.final_random_games = 40
+    config.final_minimax_games = 20 if game == "connect_four" else 0
+    config.final_minimax_depth = 1
+    config.checkpoint_every = 3
+  return config

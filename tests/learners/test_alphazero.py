@@ -1,0 +1,123 @@
+"""The self-play learner: targets, data parallelism, resume, learning, the league's Elo table."""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlagents import checkpoint
+from rlagents import envs
+from rlagents import parallel
+from rlagents import search
+from rlagents.learners import alphazero
+from rlagents.learners import league
+
+
+def tiny_config(**overrides):
+  values = dict(num_games=16, num_moves=6, replay_iterations=2, batch_size=16,
+                updates_per_iteration=2, hidden_sizes=(16,), league_size=2, league_period=2,
+                league_add_every=1, search=search.SearchConfig(num_simulations=4))
+  values.update(overrides)
+  return alphazero.AlphaZeroConfig(**values)
+
+
+def test_outcome_targets_by_hand():
+  # One game slot, 4 moves: players alternate, the 3rd move wins for its mover (reward 1) and a
+  # new game starts whose only move has no outcome yet.
+  reward = jnp.array([[0.0], [0.0], [1.0], [0.0]])
+  game_end = jnp.array([[False], [False], [True], [False]])
+  same_mover_next = jnp.array([[False], [False], [False], [False]])
+  value, finished = alphazero._outcome_targets(reward, game_end, same_mover_next)
+  # Mover of move 3 won (+1); move 2's mover is the other player (-1); move 1's mover is move 3's.
+  np.testing.assert_array_equal(value[:, 0], [1.0, -1.0, 1.0, 0.0])
+  np.testing.assert_array_equal(finished[:, 0], [True, True, True, False])
+
+
+def test_config_errors_name_the_field():
+  with pytest.raises(ValueError, match="Unknown game 'chess'"):
+    alphazero.AlphaZeroConfig(game="chess")
+  with pytest.raises(ValueError, match="model must be one of"):
+    alphazero.AlphaZeroConfig(model="imagined")
+  with pytest.raises(ValueError, match="not divisible by league_period"):
+    alphazero.AlphaZeroConfig(num_games=10, league_period=4)
+  with pytest.raises(ValueError, match="opponent_sampling"):
+    alphazero.AlphaZeroConfig(opponent_sampling="uniform")
+  with pytest.raises(ValueError, match="not divisible by the 3 devices"):
+    alphazero.make_learner(tiny_config(), axis_name="data", num_devices=3)
+
+
+def test_one_and_eight_devices_give_equal_iterations():
+  assert jax.device_count() >= 8
+  config = tiny_config()
+  learner = alphazero.make_learner(config)
+  single = jax.jit(learner.iteration)
+  mesh = parallel.make_mesh(parallel.MeshConfig(data=8), devices=jax.devices()[:8])
+  _, sharded = alphazero.make_data_parallel_iteration(config, mesh)
+  state = learner.init(jax.random.key(0))
+  one, eight = state, state
+  # Two iterations: the second plays league games against the member the first one added.
+  for _ in range(2):
+    one, metrics_one = single(one)
+    eight, metrics_eight = sharded(eight)
+  assert int(one.league.filled.sum()) == 2
+  np.testing.assert_array_equal(one.replay.action, eight.replay.action)
+  np.testing.assert_array_equal(one.replay.obs, eight.replay.obs)
+  np.testing.assert_allclose(one.replay.policy, eight.replay.policy, atol=1e-5)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
+               one.params, eight.params)
+  # The parameters did move.
+  assert not np.allclose(jax.tree.leaves(one.params)[0], jax.tree.leaves(state.params)[0])
+  for name in ("games", "game_length", "loss", "league_members"):
+    np.testing.assert_allclose(metrics_one[name], metrics_eight[name], rtol=1e-4)
+
+
+def test_resume_from_a_checkpoint_equals_the_uninterrupted_run(tmp_path):
+  learner = alphazero.make_learner(tiny_config(model="learned", latent_size=8, unroll_steps=2))
+  step = jax.jit(learner.iteration)
+  state = learner.init(jax.random.key(1))
+  first, _ = step(state)
+  uninterrupted, _ = step(first)
+  with checkpoint.Checkpointer(os.path.join(tmp_path, "ckpt"), async_save=False) as saver:
+    saver.save(1, first, {})
+  with checkpoint.Checkpointer(os.path.join(tmp_path, "ckpt")) as loader:
+    restored = loader.restore_latest(target=learner.init(jax.random.key(7)))
+  resumed, _ = step(restored.state)
+  jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
+
+
+def test_elo_table_recovers_a_known_difference():
+  table = league.EloTable(anchor="random")
+  # 200 Elo points: the stronger side scores 1 / (1 + 10^(-0.5)) = 0.7597 on average.
+  table.record("a", "random", score=0.7597, games=100_000)
+  table.record("b", "a", score=0.5, games=100_000)
+  ratings = table.ratings()
+  assert ratings["random"] == 0.0
+  assert ratings["a"] == pytest.approx(200.0, abs=1.0)
+  assert ratings["b"] == pytest.approx(200.0, abs=1.5)
+  # A clean sweep stays finite (one virtual draw per pairing) and orders the players.
+  table.record("c", "b", score=1.0, games=50)
+  assert 200.0 < table.ratings()["c"] < 2000.0
+  assert league.EloTable.from_json(table.to_json()).ratings() == pytest.approx(table.ratings())
+  with pytest.raises(ValueError, match="score must be"):
+    table.record("a", "b", score=1.5, games=1)
+
+
+@pytest.mark.slow
+def test_smoke_training_raises_the_win_rate_against_random():
+  config = alphazero.AlphaZeroConfig(
+      num_games=64, num_moves=42, batch_size=256, updates_per_iteration=16, hidden_sizes=(64, 64),
+      league_size=2, league_add_every=5, search=search.SearchConfig(num_simulations=8))
+  learner = alphazero.make_learner(config)
+  step = jax.jit(learner.iteration)
+  state = learner.init(jax.random.key(0))
+  # A weak evaluation search (4 simulations), so that the network's share is what is measured.
+  weak = search.SearchConfig(num_simulations=4).for_evaluation()
+  play = jax.jit(lambda params, key: alphazero.evaluate(
+      learner, params, envs.random_policy, key, 200, search_config=weak).score)
+  before = float(np.mean(np.asarray(play(state.params, jax.random.key(9))) > 0))
+  for _ in range(30):
+    state, _ = step(state)
+  after = float(np.mean(np.asarray(play(state.params, jax.random.key(9))) > 0))
+  assert after >= 0.9 and after > before + 0.1, (before, after)
