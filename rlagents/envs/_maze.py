@@ -320,7 +320,10 @@ class ProceduralKeyDoorMaze(_api.Environment):
         jnp.any(start != key_cell)
 
   def reset(self, key):
-    index = self.layout_index(key)
+    return self.reset_to_layout(self.layout_index(key))
+
+  def reset_to_layout(self, index: jax.Array):
+    """`(state, obs)` at the start of layout number `index` (the same on every split)."""
     layout_key = jax.random.fold_in(jax.random.key(self.layout_seed), index)
 
     def redraw(carry):
