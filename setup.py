@@ -24,6 +24,11 @@ INSTALL_REQUIRES = [
     "matplotlib>=3.8",
     "tqdm>=4.66",
     "numpy>=1.26",
+    # Games and search (rlagents.envs turn-based games, rlagents.search): small pure-Python
+    # packages on top of jax (pgx adds svgwrite), so a regular dependency rather than an extra;
+    # rlagents.search imports mctx at module level.
+    "pgx>=2.6",
+    "mctx>=0.0.5",
 ]
 
 EXTRAS_REQUIRE = {

@@ -40,7 +40,7 @@ def _lines() -> np.ndarray:
 LINES = _lines()
 
 
-def heuristic(mine: jax.Array, theirs: jax.Array) -> jax.Array:
+def _heuristic(mine: jax.Array, theirs: jax.Array) -> jax.Array:
   """The window score of a position for the side to move; `mine`, `theirs` bool `[42]`."""
   m = mine[LINES].sum(-1)
   t = theirs[LINES].sum(-1)
@@ -65,7 +65,7 @@ def _negamax(mine: jax.Array, theirs: jax.Array, depth: int) -> jax.Array:
     won = _has_four(after)
     board_full = (after | theirs).all()
     if depth == 1:
-      value = heuristic(after, theirs)
+      value = _heuristic(after, theirs)
     else:
       value = -jnp.max(_negamax(theirs, after, depth - 1))
     value = jnp.where(won, WIN + depth, jnp.where(board_full, 0.0, value))

@@ -88,6 +88,10 @@ class PgxGame(_turn_based.TurnBasedEnvironment):
 def make_game(name: str, **kwargs) -> PgxGame:
   """A turn-based game by name (`GAMES`), e.g. `make_game('connect_four')`.
 
+  Args:
+    name: a pgx game id in `GAMES`.
+    **kwargs: `PgxGame`'s other fields (`max_moves`).
+
   Raises:
     ValueError: an unknown name (the message lists the valid ones).
   """
@@ -98,6 +102,9 @@ def render_connect_four(observation) -> str:
   """The board of a Connect Four observation as text: 'X' the player to move, 'O' the other.
 
   Host code. Rows top to bottom, column numbers (the actions) underneath.
+
+  Args:
+    observation: `[6, 7, 2]`, a pgx Connect Four observation.
   """
   obs = np.asarray(observation)
   if obs.shape != (6, 7, 2):

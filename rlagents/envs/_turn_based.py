@@ -20,8 +20,8 @@ policy the first player in half of the games; `random_policy` plays uniformly am
 """
 
 import abc
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import flax.struct
 import jax
@@ -97,6 +97,9 @@ class TurnBasedEnvironment(abc.ABC):
 def check_turn_based_environment(game: TurnBasedEnvironment) -> None:
   """Traces `reset` and `step` once (no compute) and checks the `Turn` they return.
 
+  Args:
+    game: the game to check.
+
   Raises:
     InvalidEnvironmentError: `reset` or `step` is not jittable, or a field of `Turn` has the wrong
       shape or dtype.
@@ -127,12 +130,22 @@ def check_turn_based_environment(game: TurnBasedEnvironment) -> None:
             f"{dtype}.")
 
 
-# A batched policy: `(states [B], turns [B], key) -> actions [B]` (int32), legal for each game.
-Policy = Callable[[State, Turn, jax.Array], jax.Array]
+class Policy(Protocol):
+  """A batched policy: `(states [B], turns [B], key) -> actions [B]` (int32), one legal action
+  per game (`turn.current_player`'s)."""
+
+  def __call__(self, state: State, turn: Turn, key: jax.Array) -> jax.Array:
+    ...
 
 
 def random_policy(state: State, turn: Turn, key: jax.Array) -> jax.Array:
-  """Uniform over each game's legal actions; batched (`turn` fields have a leading `[B]`)."""
+  """Uniform over each game's legal actions; a batched `Policy`.
+
+  Args:
+    state: the games' states (unused).
+    turn: their `Turn`s, fields with a leading `[B]`.
+    key: PRNG key.
+  """
   del state
   logits = jnp.where(turn.legal_action_mask, 0.0, -jnp.inf)
   return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)

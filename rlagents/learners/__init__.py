@@ -15,6 +15,7 @@ from rlagents.learners._preference_data import write_jsonl
 from rlagents.learners._state import create_train_state
 from rlagents.learners._state import make_optimizer
 from rlagents.learners._state import OptimizerConfig
+from rlagents.learners.alphazero import AlphaZeroConfig
 from rlagents.learners.dpo import DPOConfig
 from rlagents.learners.dpo import make_dpo_step
 from rlagents.learners.dpo import make_kto_step
@@ -22,6 +23,7 @@ from rlagents.learners.grpo import GRPOConfig
 from rlagents.learners.grpo import make_grpo_step
 from rlagents.learners.grpo import MicrobatchedGRPOStep
 from rlagents.learners.grpo_jit import make_jit_grpo_step
+from rlagents.learners.league import EloTable
 from rlagents.learners.ppo_agent import PPOAgentConfig
 from rlagents.learners.ppo_agent import PPOAgentStep
 from rlagents.learners.ppo_agent import policy_token_gae
@@ -33,7 +35,9 @@ from rlagents.learners.sft import make_sft_step
 from rlagents.learners.sft import SFTConfig
 
 __all__ = [
+    "AlphaZeroConfig",
     "DPOConfig",
+    "EloTable",
     "Feedback",
     "GRPOConfig",
     "MicrobatchedGRPOStep",

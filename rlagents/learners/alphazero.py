@@ -274,6 +274,11 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
   'league_score' (the learner's score rate in this iteration's league games, NaN if none ended),
   'league_opponent' (its slot) and 'league_members'.
 
+  Args:
+    config: the settings.
+    axis_name: the device axis (or axes) to reduce over, or None on one device.
+    num_devices: devices mapped over `axis_name`.
+
   Raises:
     ValueError: the games do not split evenly across `num_devices`, or the batch does not.
   """
@@ -600,6 +605,14 @@ def evaluate(learner: AlphaZeroLearner, params, opponent: envs.Policy, key: jax.
 
   The learner moves first in half the games. Returns `envs.play_games`'s result, from the
   learner's side.
+
+  Args:
+    learner: from `make_learner`.
+    params: the learner's network parameters.
+    opponent: a batched `envs.Policy`.
+    key: PRNG key.
+    num_games: games to play.
+    search_config: the learner's search; None uses its training search without noise.
   """
   return envs.play_games(learner.game, [learner.search_policy(params, search_config), opponent],
                          key, num_games)

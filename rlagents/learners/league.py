@@ -45,6 +45,7 @@ class EloTable:
     points[1] += games
 
   def players(self) -> list[str]:
+    """Every player named in a result, and the anchor, sorted."""
     names = {self.anchor}
     for a, b in self.results:
       names.update((a, b))

@@ -90,7 +90,7 @@ def _alpha_beta(mine, theirs, depth, alpha, beta):
     elif (after | theirs).all():
       value = 0.0
     elif depth == 1:
-      value = float(minimax.heuristic(jnp.asarray(after), jnp.asarray(theirs)))
+      value = float(minimax._heuristic(jnp.asarray(after), jnp.asarray(theirs)))
     else:
       value = -_alpha_beta(theirs, after, depth - 1, -beta, -alpha)
     best = max(best, value)
