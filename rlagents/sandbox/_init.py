@@ -1,12 +1,12 @@
 """The first process of a sandbox's namespaces (standard library only; runs as root).
 
-    unshare --pid --mount --net --fork --kill-child -- python -I -S _init.py SPEC
+    unshare --pid --mount --net --ipc --uts --fork --kill-child -- python -I -S _init.py SPEC
 
 (SPEC: the run's settings, `marshal`led and hex-encoded. The script imports only what a run
 needs, and `_signal` rather than `signal`, to keep the cost of every run's start low.)
 
-`unshare` has made fresh pid, mount and network namespaces; this script is process 1 of the
-pid namespace. It builds the run's filesystem and then stays as the namespace's init:
+`unshare` has made fresh pid, mount, network, IPC and UTS namespaces; this script is process 1
+of the pid namespace. It builds the run's filesystem and then stays as the namespace's init:
 
 1. A private tmpfs becomes the new root. Into it go read-only bind mounts of what the
    interpreter needs (its prefixes, `/usr`, the bootstrap file), the host's `/bin`, `/lib`, ...

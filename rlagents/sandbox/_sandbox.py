@@ -12,7 +12,8 @@ script (`_init.py`) that stays as the run's process 1:
   only writable place; the host's tree is detached (`pivot_root`), so no file outside the
   directory can be opened by any interface (child shells and native code included). Pinned
   files are read-only bind mounts: the kernel refuses writes, renames and removals.
-* network namespace: only a loopback that is down.
+* network namespace: only a loopback that is down; IPC and UTS namespaces (no System V shared
+  memory or message queues shared with the host or with other runs).
 * the unprivileged user (`nobody`), groups cleared, `PR_SET_NO_NEW_PRIVS`.
 * kernel resource limits (`setrlimit`) on CPU time, address space, processes, open files and
   output size, and, where this machine lets it create cgroups, a memory and pids cgroup per run
@@ -256,12 +257,12 @@ def _probe_kernel() -> str | None:
   if unshare is None:
     return "util-linux `unshare`, which this OS lacks"
   try:
-    probe = subprocess.run([unshare, "--pid", "--mount", "--net", "--fork", "--kill-child",
-                            "--", "true"], capture_output=True, timeout=10)
+    probe = subprocess.run([unshare, "--pid", "--mount", "--net", "--ipc", "--uts", "--fork",
+                            "--kill-child", "--", "true"], capture_output=True, timeout=10)
   except (OSError, subprocess.TimeoutExpired) as e:
-    return f"`unshare --pid --mount --net`, which failed here ({e})"
+    return f"`unshare --pid --mount --net --ipc --uts`, which failed here ({e})"
   if probe.returncode != 0:
-    return ("`unshare --pid --mount --net`, which this OS refused: "
+    return ("`unshare --pid --mount --net --ipc --uts`, which this OS refused: "
             + probe.stderr.decode(errors="replace").strip())
   return None
 
@@ -432,6 +433,19 @@ def _write(path: str, data: bytes, mode: int) -> None:
   os.chmod(path, mode)
 
 
+def _stdin_source(root: str, data: bytes):
+  """A readable file object holding `data`: a pipe (not seekable, so what the child read is
+  gone) when it fits the pipe's buffer, else a file in `root`."""
+  if len(data) <= 4096:  # POSIX guarantees at least this much pipe buffer.
+    read, write = os.pipe()
+    os.write(write, data)
+    os.close(write)
+    return os.fdopen(read, "rb")
+  path = os.path.join(root, "stdin")
+  _write(path, data, 0o600)
+  return open(path, "rb")
+
+
 def _site_dirs() -> list[str]:
   """This interpreter's site-packages directories (the child starts without `site`)."""
   return [p for p in site.getsitepackages() if os.path.isdir(p)]
@@ -491,10 +505,8 @@ def _run_in(root, code, files, pinned_bytes, digests, limits, rlimits, uid, use_
   child_argv = [sys.executable, "-I", "-S", "-B", os.path.realpath(_BOOTSTRAP), work,
                 str(report_write), "main.py", os.pathsep.join(_site_dirs())]
   violations = []
-  stdin_path = os.path.join(root, "stdin")
-  _write(stdin_path, stdin.encode(), 0o600)
   with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err, os.fdopen(
-      channel_fd, "rb", closefd=True) as _, open(stdin_path, "rb") as stdin_file:
+      channel_fd, "rb", closefd=True) as _, _stdin_source(root, stdin.encode()) as stdin_file:
     if limits.isolation == "kernel":
       code_, wall, isolation, out_of_memory = _launch_kernel(
           root, work, child_argv, env, pinned_bytes, limits, rlimits, uid, extra_fds,
@@ -596,7 +608,8 @@ def _launch_kernel(root, work, child_argv, env, pinned_bytes, limits, rlimits, u
       "gid": pwd.getpwuid(uid).pw_gid, "wall_seconds": float(limits.wall_seconds),
       "status_fd": status_write, "cgroup_procs": [os.path.join(d, "cgroup.procs")
                                                   for d in cgroups]}
-  argv = [shutil.which("unshare"), "--pid", "--mount", "--net", "--fork", "--kill-child", "--",
+  argv = [shutil.which("unshare"), "--pid", "--mount", "--net", "--ipc", "--uts", "--fork",
+          "--kill-child", "--",
           sys.executable, "-I", "-S", "-B", _INIT, marshal.dumps(spec).hex()]
   start = time.monotonic()
   try:

@@ -7,7 +7,7 @@ descriptor the host opened outside the run's directory. Each record carries a no
 sent on standard input, read before the code under test is imported, so a record the code
 writes itself is told apart unless it digs the nonce out of this interpreter's memory:
 
-    {"test": "test_solution.test_case_0", "value": ["int", "5"]}
+    {"test": "test_solution.test_case_0", "value": ["int", "5"]}       (ints in hex)
     {"test": "...", "raised": "ZeroDivisionError", "base": false}
     {"test": "...", "opaque": "Always"}          (a value that is not a plain builtin)
     {"patched": ["builtins.AssertionError"]}     (the runtime was changed under the tests)
@@ -66,7 +66,7 @@ def encode(value, depth=0):
   if kind is bool:
     return ["bool", bool.__bool__(value)]
   if kind is int:
-    return ["int", int.__repr__(value)]
+    return ["int", int.__format__(value, "x")]  # Hex: no limit on the number of digits.
   if kind is float:
     return ["float", float.__repr__(value)]
   if kind is str:
@@ -96,7 +96,8 @@ def decode(tagged, depth=0):
     return body
   if tag in ("int", "float", "str", "bytes") and isinstance(body, str):
     try:
-      return {"int": int, "float": float, "str": str, "bytes": bytes.fromhex}[tag](body)
+      return {"int": lambda t: int(t, 16), "float": float, "str": str,
+              "bytes": bytes.fromhex}[tag](body)
     except ValueError as e:
       raise ValueError(f"malformed {tag}") from e
   if tag in ("list", "tuple", "set", "frozenset") and isinstance(body, list):

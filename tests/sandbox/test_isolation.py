@@ -255,3 +255,12 @@ def test_kernel_mode_that_cannot_run_here_is_a_clear_error(monkeypatch):
 def test_isolation_settings_are_checked(kwargs, message):
   with pytest.raises(ValueError, match=message):
     sandbox.SandboxLimits(**kwargs)
+
+
+def test_system_v_ipc_is_private_to_the_run():
+  # A message queue made by one run (past the hook: `ipcmk` from util-linux) is not there for
+  # the next, nor on the host.
+  first = _run("shell('ipcmk -Q; ipcs -q')\n")
+  assert "Message queue id" in first.stdout, first
+  second = _run("shell('ipcs -q')\n")
+  assert "0x" not in second.stdout.split("Message Queues")[-1], second.stdout
