@@ -79,9 +79,12 @@ class SandboxLimits:
 
   Attributes:
     cpu_seconds: CPU time before the kernel stops the child (SIGXCPU).
-    wall_seconds: wall-clock time before the whole process group is killed.
-    memory_bytes: address-space limit of the child.
-    max_processes: processes the sandbox user may have (fork bombs stop here).
+    wall_seconds: wall-clock time before every process of the run is killed (the namespace in
+      the kernel mode, the process group in the hook mode).
+    memory_bytes: address-space limit of each process, and, with a cgroup, the memory of the
+      whole run.
+    max_processes: processes the sandbox user may have (fork bombs stop here); with a cgroup,
+      also the run's own process count.
     max_open_files: file descriptors per process.
     max_output_bytes: bytes kept of stdout and of stderr, and the largest file it may write.
     network_namespace: "require" (fail if `unshare -n` is unavailable), "auto" (use it when
