@@ -56,14 +56,8 @@ def job_config(variant: str, seed: int, overrides: dict):
   """The validated job config of one run."""
   from experiments.configs import compare  # pylint: disable=g-import-not-at-top
   from rlagents import pipeline  # pylint: disable=g-import-not-at-top
-  values = compare.get_config(variant).to_dict()
-  values["seed"] = seed
-  for dotted, value in overrides.items():
-    node = values
-    *parents, leaf = dotted.split(".")
-    for parent in parents:
-      node = node[parent]
-    node[leaf] = value
+  from experiments.configs import with_overrides  # pylint: disable=g-import-not-at-top
+  values = with_overrides(compare.get_config(variant).to_dict(), {"seed": seed, **overrides})
   return pipeline.config_from_dict(values)
 
 

@@ -1,4 +1,4 @@
-r"""Trains a tool-using agent: SFT on the suite's expert, then RL (GRPO by default), then evaluation.
+r"""Trains a tool-using agent: SFT on the suite's expert, then RL (GRPO by default), evaluation.
 
     python -m experiments.train_agent --workdir=/tmp/rlagents_calc
     python -m experiments.train_agent --workdir=/tmp/smoke \

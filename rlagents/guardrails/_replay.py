@@ -3,7 +3,8 @@
 Each action of the record is fed again, in order, through the episode state machine
 (`episodes.advance`) with fresh tools; every deterministic tool result must equal the logged one.
 A transient failure (the calculator's "busy") is the environment's own randomness, so it is
-taken from the log instead of drawn again (and one the log does not have is drawn away). The reward is then recomputed by the suite's scorer.
+taken from the log instead of drawn again (and one the log does not have is drawn away). The
+reward is then recomputed by the suite's scorer.
 Host code.
 """
 

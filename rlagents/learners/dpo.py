@@ -20,7 +20,6 @@ import numpy as np
 
 from rlagents import losses
 from rlagents import episodes as episodes_lib
-from rlagents.learners import _preference_data
 from rlagents.learners import _state
 from rlagents.learners import sft
 

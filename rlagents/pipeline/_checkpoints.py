@@ -12,6 +12,7 @@ import dataclasses
 from typing import Any
 
 import jax
+import numpy as np
 
 from rlagents import checkpoint as checkpoint_lib
 
@@ -19,7 +20,10 @@ from rlagents import checkpoint as checkpoint_lib
 def state_tree(state, key, lora: bool = False) -> dict[str, Any]:
   """The arrays a phase saves: params (adapters only with LoRA), optimizer state, step, key."""
   params = state.params["lora"] if lora else state.params
-  return {"params": params, "opt_state": state.opt_state, "step": state.step, "key": key}
+  # The key as a host array: every process holds the same one, and a process-local device
+  # array cannot join a multi-process save.
+  return {"params": params, "opt_state": state.opt_state, "step": state.step,
+          "key": np.asarray(key)}
 
 
 def metadata(*, phase: str, phase_id: int, step: int, seed: int, **extra) -> dict[str, Any]:

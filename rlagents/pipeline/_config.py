@@ -12,7 +12,6 @@ from typing import Any, Mapping
 
 from rlagents.learners import DPOConfig
 from rlagents.learners import GRPOConfig
-from rlagents.learners import OptimizerConfig
 from rlagents.learners import PPOAgentConfig
 from rlagents.learners import RewardModelConfig
 from rlagents.learners import SFTConfig

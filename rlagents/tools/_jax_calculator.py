@@ -49,7 +49,8 @@ class CharClass(enum.IntEnum):
   OTHER = 8
 
 
-_CLASS_OF_CHAR = {" ": CharClass.SPACE, "+": CharClass.PLUS, "-": CharClass.MINUS, "*": CharClass.STAR, "(": CharClass.LPAREN, ")": CharClass.RPAREN}
+_CLASS_OF_CHAR = {" ": CharClass.SPACE, "+": CharClass.PLUS, "-": CharClass.MINUS,
+                  "*": CharClass.STAR, "(": CharClass.LPAREN, ")": CharClass.RPAREN}
 _NAME_START = frozenset("abcdefghijklmnopqrstuvwxyz_")
 _NAME_CHARS = _NAME_START | frozenset("0123456789")
 _INT_MAX = 2**31 - 1
@@ -130,8 +131,8 @@ class JaxCalculator:
   once); `execute` then needs no host. Tables are numpy arrays baked into the compiled program.
 
   Attributes:
-    char_class: `[V]` int32, the class of each token id's text (a special token is `CharClass.OTHER`, as
-      its text starts with '<').
+    char_class: `[V]` int32, the class of each token id's text (a special token is
+      `CharClass.OTHER`, as its text starts with '<').
     char_length: `[V]` int32, the length of each token id's decoded text.
     digit_value: `[V]` int32, 0-9 for digit tokens, else 0.
     name_char: `[V]` bool, a character of a tool name (`[a-z0-9_]`).
@@ -377,7 +378,8 @@ class JaxCalculator:
       c["minus"] = set_at(c["minus"], inner, False, opens)
       c["negate"] = set_at(c["negate"], inner, False, opens)
       c = first_error(c, "parse", _UNEXPECTED_MSG, at, token,
-                      is_op & expect & ((k == CharClass.PLUS) | (k == CharClass.STAR) | (k == CharClass.RPAREN)))
+                      is_op & expect & ((k == CharClass.PLUS) | (k == CharClass.STAR)
+                                        | (k == CharClass.RPAREN)))
       # After an operand: '+'/'-' end a term, '*' continues it, ')' closes a level, '(' is
       # unexpected.
       additive = is_op & ~expect & ((k == CharClass.PLUS) | (k == CharClass.MINUS))
@@ -388,7 +390,8 @@ class JaxCalculator:
       c["terms"] = set_at(c["terms"], d, 1, additive)
       closes = is_op & ~expect & (k == CharClass.RPAREN)
       c = first_error(c, "parse", _UNBALANCED_MSG, at, 0, closes & (c["depth"] == 0))
-      c = first_error(c, "parse", _UNEXPECTED_MSG, at, token, is_op & ~expect & (k == CharClass.LPAREN))
+      c = first_error(c, "parse", _UNEXPECTED_MSG, at, token,
+                      is_op & ~expect & (k == CharClass.LPAREN))
       closing = closes & (c["depth"] > 0)
       c["overflow"] |= closing & level_over
       c["depth"] = c["depth"] + opens.astype(int32) - closing.astype(int32)

@@ -5,19 +5,14 @@ The tests run on the 8 host devices of tests/conftest.py. docs/main_job.md has t
 
 import pytest
 
+from experiments import configs
 from experiments.configs import calculator
 from rlagents import pipeline
 
 
 def _smoke(**dotted):
-  values = calculator.get_config("smoke").to_dict()
-  for key, value in dotted.items():
-    *parents, leaf = key.split("__")
-    node = values
-    for name in parents:
-      node = node[name]
-    node[leaf] = value
-  return values
+  overrides = {key.replace("__", "."): value for key, value in dotted.items()}
+  return configs.with_overrides(calculator.get_config("smoke").to_dict(), overrides)
 
 
 REFUSED = [

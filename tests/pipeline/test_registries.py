@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from experiments import configs
 from experiments.configs import calculator
 from rlagents import checkpoint
 from rlagents import guardrails
@@ -72,17 +73,11 @@ pipeline.phases.register_phase(Reinforce())
 
 
 def _config(**dotted):
-  values = calculator.get_config("smoke").to_dict()
   settings = {"algorithm": "reinforce", "sft.num_steps": 40, "grpo.num_steps": 4,
               "grpo.prompts_per_step": 16, "eval.every_steps": 2, "eval.curve_tasks": 16,
               "checkpoint_every": 2, "log_every": 1, **dotted}
-  for key, value in settings.items():
-    *parents, leaf = key.split(".")
-    node = values
-    for name in parents:
-      node = node[name]
-    node[leaf] = value
-  return pipeline.config_from_dict(values)
+  return pipeline.config_from_dict(
+      configs.with_overrides(calculator.get_config("smoke").to_dict(), settings))
 
 
 @pytest.fixture(scope="module")

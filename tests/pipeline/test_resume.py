@@ -16,6 +16,7 @@ import jax
 import numpy as np
 import pytest
 
+from experiments import configs
 from experiments.configs import calculator
 from rlagents import checkpoint
 from rlagents import guardrails
@@ -34,14 +35,8 @@ SFT_STEPS = 30
 
 
 def _config(**overrides):
-  values = calculator.get_config("smoke").to_dict()
-  for dotted, value in {**OVERRIDES, **overrides}.items():
-    *parents, leaf = dotted.split(".")
-    node = values
-    for name in parents:
-      node = node[name]
-    node[leaf] = value
-  return pipeline.config_from_dict(values)
+  return pipeline.config_from_dict(configs.with_overrides(
+      calculator.get_config("smoke").to_dict(), {**OVERRIDES, **overrides}))
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 
+from experiments import configs
 from experiments.configs import calculator
 from rlagents import learners
 from rlagents import pipeline
@@ -15,14 +16,8 @@ pytestmark = pytest.mark.slow
 
 
 def _config(**overrides):
-  values = calculator.get_config("smoke").to_dict()
-  for dotted, value in overrides.items():
-    node = values
-    *parents, leaf = dotted.split(".")
-    for parent in parents:
-      node = node[parent]
-    node[leaf] = value
-  return pipeline.config_from_dict(values)
+  return pipeline.config_from_dict(
+      configs.with_overrides(calculator.get_config("smoke").to_dict(), overrides))
 
 
 @pytest.fixture(scope="module")

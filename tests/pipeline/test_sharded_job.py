@@ -23,16 +23,11 @@ DRIVER = """
 import json, sys
 from rlagents import parallel
 parallel.initialize()
+from experiments import configs
 from experiments.configs import calculator
 from rlagents import pipeline
 from rlagents.pipeline import _report
-values = calculator.get_config("smoke").to_dict()
-for key, value in json.loads(sys.argv[2]).items():
-  *parents, leaf = key.split(".")
-  node = values
-  for name in parents:
-    node = node[name]
-  node[leaf] = value
+values = configs.with_overrides(calculator.get_config("smoke").to_dict(), json.loads(sys.argv[2]))
 _report.final_report = lambda job, *_: {"splits": {"heldout": {"expert": {"success": 0.0}}}}
 report = pipeline.train_and_evaluate(pipeline.config_from_dict(values), sys.argv[1])
 print("devices", json.dumps(report["devices"]))
