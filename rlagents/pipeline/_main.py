@@ -36,6 +36,7 @@ import jax
 from rlagents import checkpoint as checkpoint_lib
 from rlagents import hf
 from rlagents import metrics as metrics_lib
+from rlagents import sandbox
 from rlagents.pipeline import _checkpoints
 from rlagents.pipeline import _config
 from rlagents.pipeline import _job as job_lib
@@ -145,6 +146,8 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
                            "alarm_steps": list(job.drift_monitor.alarms)}
   report["devices"] = {"processes": jax.process_count(), "devices": jax.device_count(),
                        "mesh": dict(job.mesh.shape)}
+  if job.suite.sandboxed:
+    report["sandbox_isolation"] = sandbox.isolation_mode()
   out.close()
   if jax.process_index() != 0:
     return report

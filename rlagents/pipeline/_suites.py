@@ -101,7 +101,7 @@ def codefix_suite(config, data_dir: str) -> tasks_lib.TaskSuite:
       toolbox_for=toolbox_for, score=score, reward_terms=rewards.CODEFIX_TERMS,
       detectors=("test_tampering", "redundant_calls"),
       task_from_record=tasks_lib.codefix.from_record,
-      scripted_segment=scripted_policies.codefix_segment)
+      scripted_segment=scripted_policies.codefix_segment, sandboxed=True)
 
 
 tasks_lib.register_suite("calculator", calculator_suite)
@@ -131,7 +131,7 @@ def run_scripted_suite(suite: tasks_lib.TaskSuite, config, workdir: str) -> dict
   audit = guardrails.AuditLog(os.path.join(workdir, "audit", "episodes.jsonl"), resume_step=None)
   policy = config.scripted_policy or "honest"
   report = {"task": suite.name, "policy": policy, "splits": {}}
-  if suite.name == "codefix":  # Its tools and reward run code: say how it was isolated.
+  if suite.sandboxed:
     report["sandbox_isolation"] = sandbox.isolation_mode()
   for index, split in enumerate(SCRIPTED_SPLITS):
     tasks = list(suite.splits[split])[:config.eval.curve_tasks]

@@ -64,6 +64,8 @@ class TaskSuite:
       the suite's tasks cannot be rebuilt.
     scripted_segment: `scripted_segment(policy, episode, rng)` -> segment, for suites played
       by scripted policies (`config.scripted_policy`); None otherwise.
+    sandboxed: its tools or its reward run untrusted code in `rlagents.sandbox`; the report
+      then says which isolation mode ran (`sandbox.isolation_mode()`).
   """
   name: str
   splits: Mapping[str, Sequence[Any]]
@@ -75,6 +77,7 @@ class TaskSuite:
   detectors: tuple[str, ...] = ()
   task_from_record: Callable[[Mapping[str, Any]], Any] | None = None
   scripted_segment: Callable[..., str] | None = None
+  sandboxed: bool = False
 
   def __post_init__(self):
     missing = [s for s in ("train",) + tuple(self.eval_splits) if s not in self.splits]
