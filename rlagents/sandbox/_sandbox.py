@@ -55,6 +55,7 @@ _INIT = os.path.join(_HERE, "_init.py")
 ISOLATION_MODES = ("kernel", "hook")
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
 _ROOT_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_MAX_FILES_LEFT = 256  # Files of a run's directory returned in `SandboxResult.files`.
 # Seconds the host waits past the wall clock for process 1 to end the run itself.
 _HOST_GRACE_SECONDS = 5.0
 _PINNED_DIR_MODE = 0o755
@@ -151,7 +152,8 @@ class SandboxResult:
     stdout: at most `max_output_bytes` of its standard output.
     stderr: at most `max_output_bytes` of its standard error.
     violations: every refusal and exceeded limit, in the order seen.
-    files: the files the code left in its directory (name -> bytes), pinned ones excluded.
+    files: the regular files the code left in its directory (name -> bytes, each capped at
+      `max_output_bytes`, at most 256; symlinks and pinned files left out).
     wall_seconds: how long it ran.
     network_isolated: whether it ran in its own network namespace.
     isolation: the mode that ran: "kernel", "kernel+cgroup" or "hook" (`isolation_mode`).
@@ -549,19 +551,25 @@ def _run_in(root, code, files, pinned_bytes, digests, limits, rlimits, uid, use_
   for name, digest in digests.items():
     path = os.path.join(work, name)
     try:
-      with open(path, "rb") as f:
+      with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
         changed = sha256_of(f.read()) != digest
     except OSError:
       changed = True
     if changed:
       violations.append(Violation("pinned_file", f"{name} changed or removed"))
   files_left = {}
-  for directory, _, names in os.walk(work):
-    for name in names:
+  for directory, _, names in os.walk(work):  # Symlinked directories are not entered.
+    for name in sorted(names):
       path = os.path.join(directory, name)
       relative = os.path.relpath(path, work)
-      if relative not in digests and relative != "main.py" and os.path.isfile(path):
-        files_left[relative] = _read_capped(path, limits.max_output_bytes).encode()
+      # Read here, as root, a symlink would be followed on the host: links are left out.
+      if (relative in digests or relative == "main.py" or os.path.islink(path)
+          or not os.path.isfile(path)):
+        continue
+      if len(files_left) == _MAX_FILES_LEFT:
+        violations.append(Violation("output", f"over {_MAX_FILES_LEFT} files left behind"))
+        break
+      files_left[relative] = _read_capped(path, limits.max_output_bytes).encode()
   return SandboxResult(returncode=code_, stdout=stdout, stderr=stderr,
                        violations=tuple(dict.fromkeys(violations)), files=files_left,
                        wall_seconds=wall, network_isolated=use_netns, isolation=isolation,

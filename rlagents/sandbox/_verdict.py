@@ -240,5 +240,6 @@ def judge(run: _sandbox.SandboxResult, expected: Mapping[str, list], nonce: str)
 
 
 def _short(values) -> str:
-  text = repr(values[0] if type(values) is list and len(values) == 1 else values)  # pylint: disable=unidiomatic-typecheck
+  single = type(values) is list and len(values) == 1  # pylint: disable=unidiomatic-typecheck
+  text = repr(values[0] if single else values)
   return text if len(text) <= 60 else text[:57] + "..."

@@ -264,3 +264,15 @@ def test_system_v_ipc_is_private_to_the_run():
   assert "Message queue id" in first.stdout, first
   second = _run("shell('ipcs -q')\n")
   assert "0x" not in second.stdout.split("Message Queues")[-1], second.stdout
+
+
+def test_links_left_in_the_directory_are_not_followed_by_the_host(canary):
+  result = _run(f"shell('ln -s {canary} link.txt; ln -s /etc/passwd passwd.txt;"
+                f" ln {canary} hard.txt; mkdir d; ln -s / d/root; echo kept > own.txt')\n")
+  assert result.files == {"own.txt": b"kept\n"}, result.files
+
+
+def test_many_files_left_are_cut_and_reported():
+  result = _run("for i in range(300):\n  open(f'f{i:03d}', 'w').write('x')\n")
+  assert len(result.files) == 256
+  assert "output" in result.violation_kinds
