@@ -17,7 +17,8 @@ of the pid namespace. It builds the run's filesystem and then stays as the names
    reachable from the namespace, by any interface.
 2. It joins the run's cgroups (memory, pids) when the host made them, and forks the child,
    which sets the resource limits, drops to the unprivileged user (groups cleared,
-   `PR_SET_NO_NEW_PRIVS`, so no set-uid program or file capability can raise it again), takes
+   `PR_SET_NO_NEW_PRIVS`, so no set-uid program or file capability can raise it again),
+   installs the seccomp filter of `_seccomp.py` where the host gave one, takes
    the run's environment and runs the bootstrap in the interpreter it already is (started with
    the child's flags, `-I -S -B`), which saves a second interpreter start on every run.
 3. It reaps every process of the namespace until the child exits or the wall clock runs out, then
@@ -40,6 +41,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 # pivot_root has no libc wrapper; its number per architecture (chroot where unknown).
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -116,12 +118,26 @@ def _start_child(spec, status_fd):
     _check(_LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     if os.getuid() != uid or os.geteuid() != uid:
       os._exit(125)
+    if spec["seccomp"]:
+      _install_seccomp(spec["seccomp"])
     os.environ.clear()
     os.environ.update(spec["env"])
   except BaseException as e:  # pylint: disable=broad-except
     os.write(2, f"sandbox init: {e}\n".encode())
     os._exit(126)
   os._exit(_run_bootstrap(spec["argv"][4:]))
+
+
+class _Program(ctypes.Structure):
+  _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _install_seccomp(program):
+  """Installs the `_seccomp.py` filter (a `struct sock_filter` array) on this process."""
+  buffer = ctypes.create_string_buffer(program, len(program))
+  fprog = _Program(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+  _check(_LIBC.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
+         "prctl(PR_SET_SECCOMP)")
 
 
 def _run_bootstrap(argv):

@@ -14,10 +14,12 @@ script (`_init.py`) that stays as the run's process 1:
   files are read-only bind mounts: the kernel refuses writes, renames and removals.
 * network namespace: only a loopback that is down; IPC and UTS namespaces (no System V shared
   memory or message queues shared with the host or with other runs).
-* the unprivileged user (`nobody`), groups cleared, `PR_SET_NO_NEW_PRIVS`.
+* the unprivileged user (`nobody`), groups cleared, `PR_SET_NO_NEW_PRIVS`, and a seccomp filter
+  (`_seccomp.py`: no namespaces, mounts, keyrings, tracing, bpf, io_uring, ...) on x86-64 and
+  AArch64 (`isolation` then has "+seccomp").
 * kernel resource limits (`setrlimit`) on CPU time, address space, processes, open files and
   output size, and, where this machine lets it create cgroups, a memory and pids cgroup per run
-  (`isolation` then reads "kernel+cgroup").
+  (`isolation` then has "+cgroup": "kernel+seccomp+cgroup" with both).
 * wall clock: process 1 kills the whole namespace at `wall_seconds`.
 
 Where one of these cannot be applied the run raises `SandboxUnavailable` naming it; a user who
@@ -48,6 +50,8 @@ import sys
 import tempfile
 import time
 from typing import Mapping
+
+from rlagents.sandbox import _seccomp
 
 _HERE = os.path.dirname(os.path.realpath(__file__))
 _BOOTSTRAP = os.path.join(_HERE, "_bootstrap.py")
@@ -97,6 +101,8 @@ class SandboxLimits:
       audit hook and limits only; see the module docstring for what it does not stop).
     cgroup: "auto" (a memory and pids cgroup per run where this machine allows it), "require"
       (`SandboxUnavailable` where it does not) or "off". Only with isolation="kernel".
+    seccomp: "auto" (the `_seccomp.py` filter where there is one for this architecture),
+      "require" or "off". Only with isolation="kernel".
   """
   cpu_seconds: float = 2.0
   wall_seconds: float = 5.0
@@ -108,6 +114,7 @@ class SandboxLimits:
   drop_to_user: str = "nobody"
   isolation: str = "kernel"
   cgroup: str = "auto"
+  seccomp: str = "auto"
 
   def __post_init__(self):
     for name in ("cpu_seconds", "wall_seconds", "memory_bytes", "max_processes",
@@ -123,9 +130,10 @@ class SandboxLimits:
     if self.isolation not in ISOLATION_MODES:
       raise ValueError(f"SandboxLimits.isolation must be one of {ISOLATION_MODES}, got "
                        f"{self.isolation!r}")
-    if self.cgroup not in ("require", "auto", "off"):
-      raise ValueError(f"SandboxLimits.cgroup must be 'require', 'auto' or 'off', got "
-                       f"{self.cgroup!r}")
+    for name in ("cgroup", "seccomp"):
+      if getattr(self, name) not in ("require", "auto", "off"):
+        raise ValueError(f"SandboxLimits.{name} must be 'require', 'auto' or 'off', got "
+                         f"{getattr(self, name)!r}")
     if self.isolation == "kernel":
       if self.network_namespace == "off":
         raise ValueError("SandboxLimits.network_namespace='off' needs isolation='hook' (the "
@@ -133,8 +141,10 @@ class SandboxLimits:
       if not self.drop_to_user:
         raise ValueError("SandboxLimits.drop_to_user='' needs isolation='hook' (the kernel mode "
                          "always runs the code as an unprivileged user)")
-    elif self.cgroup == "require":
-      raise ValueError("SandboxLimits.cgroup='require' needs isolation='kernel'")
+    else:
+      for name in ("cgroup", "seccomp"):
+        if getattr(self, name) == "require":
+          raise ValueError(f"SandboxLimits.{name}='require' needs isolation='kernel'")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +166,8 @@ class SandboxResult:
       `max_output_bytes`, at most 256; symlinks and pinned files left out).
     wall_seconds: how long it ran.
     network_isolated: whether it ran in its own network namespace.
-    isolation: the mode that ran: "kernel", "kernel+cgroup" or "hook" (`isolation_mode`).
+    isolation: the mode that ran: "hook", or "kernel" with "+seccomp" and "+cgroup" where
+      they applied (`isolation_mode`).
     channel: what the child wrote on its result channel (`run_python(channel=True)`).
   """
   returncode: int
@@ -359,19 +370,33 @@ def _remove_cgroups(directories: list[str]) -> None:
 
 
 def isolation_mode(limits: SandboxLimits = SandboxLimits()) -> str:
-  """The mode a run with `limits` gets here: "kernel+cgroup", "kernel" or "hook".
+  """The mode a run with `limits` gets here: "hook", or "kernel" with "+seccomp" and "+cgroup"
+  where they apply (e.g. "kernel+seccomp+cgroup").
 
   Raises:
-    SandboxUnavailable: "kernel" was asked for and cannot run here (naming what is missing).
+    SandboxUnavailable: "kernel" was asked for and cannot run here, or a required seccomp
+      filter or cgroup cannot be had (naming what is missing).
   """
   if limits.isolation == "hook":
     return "hook"
   _require_kernel()
-  if limits.cgroup == "off":
-    return "kernel"
   directories = _make_cgroups(limits)
   _remove_cgroups(directories)
-  return "kernel+cgroup" if directories else "kernel"
+  return _mode_name(_seccomp_program(limits) is not None, bool(directories))
+
+
+def _mode_name(seccomp: bool, cgroup: bool) -> str:
+  return "kernel" + ("+seccomp" if seccomp else "") + ("+cgroup" if cgroup else "")
+
+
+def _seccomp_program(limits: SandboxLimits) -> bytes | None:
+  if limits.seccomp == "off":
+    return None
+  program = _seccomp.program(os.uname().machine)
+  if program is None and limits.seccomp == "require":
+    raise SandboxUnavailable(f"SandboxLimits.seccomp='require' but there is no filter for "
+                             f"{os.uname().machine} (only x86_64 and aarch64)")
+  return program
 
 
 def _require_kernel() -> None:
@@ -609,6 +634,7 @@ def _launch_kernel(root, work, child_argv, env, pinned_bytes, limits, rlimits, u
   new_root = os.path.join(root, "root")
   os.mkdir(new_root, 0o755)
   read_only, links = _read_only_view()
+  seccomp = _seccomp_program(limits)
   cgroups = _make_cgroups(limits)
   status_read, status_write = os.pipe()
   spec = {
@@ -617,7 +643,8 @@ def _launch_kernel(root, work, child_argv, env, pinned_bytes, limits, rlimits, u
       "pinned": [os.path.join(work, n) for n in pinned_bytes],
       "argv": child_argv, "env": env, "rlimits": rlimits, "uid": uid,
       "gid": pwd.getpwuid(uid).pw_gid, "wall_seconds": float(limits.wall_seconds),
-      "status_fd": status_write, "cgroup_procs": [os.path.join(d, "cgroup.procs")
+      "seccomp": seccomp, "status_fd": status_write,
+      "cgroup_procs": [os.path.join(d, "cgroup.procs")
                                                   for d in cgroups]}
   argv = [shutil.which("unshare"), "--pid", "--mount", "--net", "--ipc", "--uts", "--fork",
           "--kill-child", "--",
@@ -656,7 +683,7 @@ def _launch_kernel(root, work, child_argv, env, pinned_bytes, limits, rlimits, u
     raise SandboxUnavailable(f"the kernel sandbox ended without a status (unshare exit "
                              f"{process.returncode}): "
                              + _read_capped(err.name, 2000).strip()[-500:])
-  return code_, wall, "kernel+cgroup" if cgroups else "kernel", out_of_memory
+  return code_, wall, _mode_name(seccomp is not None, bool(cgroups)), out_of_memory
 
 
 def _wait_for(process: subprocess.Popen, timeout: float) -> bool:

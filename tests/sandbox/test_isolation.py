@@ -7,6 +7,7 @@ namespaces, the unprivileged user and the cgroup. One test runs the same escape 
 "hook" mode and shows it leaving a process behind, so these tests can fail.
 """
 
+import dataclasses
 import os
 import random
 import shutil
@@ -253,7 +254,9 @@ def test_kernel_mode_that_cannot_run_here_is_a_clear_error(monkeypatch):
     ({"network_namespace": "off"}, "network_namespace='off' needs isolation='hook'"),
     ({"drop_to_user": ""}, "drop_to_user='' needs isolation='hook'"),
     ({"cgroup": "maybe"}, "cgroup must be"),
-    ({"cgroup": "require", "isolation": "hook"}, "cgroup='require' needs isolation='kernel'")])
+    ({"cgroup": "require", "isolation": "hook"}, "cgroup='require' needs isolation='kernel'"),
+    ({"seccomp": "always"}, "seccomp must be"),
+    ({"seccomp": "require", "isolation": "hook"}, "seccomp='require' needs isolation='kernel'")])
 def test_isolation_settings_are_checked(kwargs, message):
   with pytest.raises(ValueError, match=message):
     sandbox.SandboxLimits(**kwargs)
@@ -278,3 +281,24 @@ def test_many_files_left_are_cut_and_reported():
   result = _run("for i in range(300):\n  open(f'f{i:03d}', 'w').write('x')\n")
   assert len(result.files) == 256
   assert "output" in result.violation_kinds
+
+
+_SYSCALL_PROBE = ("import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
+                  # keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING, create=1)
+                  "r = libc.syscall(250, 0, -4, 1); print('keyctl', r, ctypes.get_errno())")
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe uses x86_64's numbers")
+def test_the_seccomp_filter_refuses_user_namespaces_and_keyrings():
+  code = ("import sys, threading\n"
+          "t = threading.Thread(target=lambda: print('thread ok', flush=True))\n"
+          "t.start()\nt.join()\n"
+          "shell('unshare --user true; echo userns=$?')\n"
+          f"spawn([sys.executable, '-I', '-c', {_SYSCALL_PROBE!r}], wait=True)\n")
+  result = _run(code)
+  assert "+seccomp" in result.isolation
+  assert result.stdout == "thread ok\nuserns=1\nkeyctl -1 1\n", result  # EPERM for both
+  # Without the filter both work, so the test above can fail.
+  open_ = _run(code, limits=dataclasses.replace(LIMITS, seccomp="off"))
+  assert "+seccomp" not in open_.isolation
+  assert "userns=0" in open_.stdout and "keyctl -1" not in open_.stdout, open_
