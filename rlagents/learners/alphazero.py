@@ -214,6 +214,9 @@ class AlphaZeroLearner:
     model: what the search runs over (`rlagents.search.Model`).
     optimizer: clip_by_global_norm then AdamW.
     init: `key -> AlphaZeroState`.
+    self_play: `(params, game_keys [G, 2] uint32) -> samples`, the SELF-PLAY and TARGETS part of
+      an iteration without league games: a dict of `[num_moves, G, ...]` arrays (obs, policy,
+      value, finished, ...).
     iteration: `(state, game_keys=None) -> (state, metrics)`; see the module
       docstring. `game_keys` (`[num_games, 2]` uint32, this device's share under a device map)
       default to keys drawn from the state.
@@ -224,6 +227,7 @@ class AlphaZeroLearner:
   model: search_lib.Model
   optimizer: optax.GradientTransformation
   init: Callable[[jax.Array], AlphaZeroState]
+  self_play: Callable[[Any, jax.Array], dict[str, jax.Array]]
   iteration: Callable[..., tuple[AlphaZeroState, Metrics]]
 
   def game_keys(self, state: AlphaZeroState) -> jax.Array:
@@ -566,8 +570,12 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
                            key=jax.random.key_data(next_key), iteration=iteration_done)
     return state, metrics
 
+  def self_play_only(params, game_keys):
+    return self_play(params, params, jnp.zeros(game_keys.shape[0], bool), game_keys)
+
   learner = AlphaZeroLearner(config=config, game=game, network=network, model=model,
-                             optimizer=optimizer, init=init, iteration=iteration)
+                             optimizer=optimizer, init=init, self_play=self_play_only,
+                             iteration=iteration)
   return learner
 
 
