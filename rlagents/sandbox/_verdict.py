@@ -201,7 +201,8 @@ def judge(run: _sandbox.SandboxResult, expected: Mapping[str, list], nonce: str)
       ended = True
     elif "patched" in record:
       flag(f"the runtime was patched under the tests: {str(record['patched'])[:200]}")
-    elif record.get("test") in expected and record["test"] not in reported:
+    elif isinstance(record.get("test"), str) and record["test"] in expected and (
+        record["test"] not in reported):
       reported[record["test"]] = record
     else:
       flag(f"an unknown or repeated test on the result channel: {str(record.get('test'))[:80]}")

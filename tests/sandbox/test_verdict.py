@@ -144,3 +144,29 @@ def test_a_pinned_test_of_another_form_is_named(source, message):
 def test_a_bad_test_file_name_is_named():
   with pytest.raises(ValueError, match="must be named test_<name>.py"):
     sandbox.run_tests(FIX, {"tests.py": TESTS["test_solution.py"]}, limits=LIMITS)
+
+
+@pytest.mark.parametrize("lines", [
+    ['{"test": ["unhashable"], "nonce": "N"}'],
+    ['{"test": "test_solution.test_small", "value": ["set", [["list", []]]], "nonce": "N"}'],
+    ['{"test": "test_solution.test_small", "value": ["dict", [[["list", []], ["none"]]]], '
+     '"nonce": "N"}'],
+    ['{"test": "test_solution.test_small", "value": ["int", "zz"], "nonce": "N"}'],
+    ['{"test": "test_solution.test_small", "value": ' + "[" * 5000 + "]" * 5000
+     + ', "nonce": "N"}'],
+    ['{"test": "test_solution.test_small", "value": ["int", "3"], "nonce": "N", "x": 1'
+     + "0" * 5000 + "}"],
+    ['[1, 2]', '{"end": true, "nonce": "N"}'],
+    ['{"end": true, "nonce": "N"}', '{"test": "test_solution.test_small", "value": ["int", "3"], '
+     '"nonce": "N"}'],
+    ['\xff\xfe not json'],
+])
+def test_the_host_judge_survives_any_channel_content(lines):
+  # Whatever the channel holds (here with the nonce, as if the code had dug it out), judging
+  # raises nothing, passes nothing that is not right, and flags the forgery.
+  run = sandbox.SandboxResult(returncode=0, stdout="", stderr="", violations=(), files={},
+                              wall_seconds=0.0, network_isolated=True,
+                              channel="\n".join(lines).encode(errors="surrogateescape"))
+  verdict = sandbox._verdict.judge(run, {"test_solution.test_small": [987651]}, "N")
+  assert not verdict.ok and verdict.passed == 0
+  assert "forged_verdict" in verdict.violation_kinds
