@@ -15,12 +15,13 @@ of the pid namespace. It builds the run's filesystem and then stays as the names
    Each pinned file is bind-mounted read-only onto itself, so the kernel refuses writes, renames
    and removals of it. `pivot_root` then detaches the host's root: nothing else of the host is
    reachable from the namespace, by any interface.
-2. It joins the run's cgroups (memory, pids) when the host made them, and forks the child,
-   which sets the resource limits, drops to the unprivileged user (groups cleared,
-   `PR_SET_NO_NEW_PRIVS`, so no set-uid program or file capability can raise it again),
-   installs the seccomp filter of `_seccomp.py` where the host gave one, takes
-   the run's environment and runs the bootstrap in the interpreter it already is (started with
-   the child's flags, `-I -S -B`), which saves a second interpreter start on every run.
+2. It forks the child, which joins the run's cgroups (memory, pids) when the host made them
+   (process 1 stays out, so their OOM killer cannot end the run without a status), sets the
+   resource limits, drops to the unprivileged user (groups cleared, `PR_SET_NO_NEW_PRIVS`, so no
+   set-uid program or file capability can raise it again), installs the seccomp filter of
+   `_seccomp.py` where the host gave one, takes the run's environment and runs the bootstrap in
+   the interpreter it already is (started with the child's flags, `-I -S -B`), which saves a
+   second interpreter start on every run.
 3. It reaps every process of the namespace until the child exits or the wall clock runs out, then
    kills whatever is left (double-forked or new-session processes included: they are all in this
    pid namespace, and the kernel kills them all when process 1 exits) and writes the child's
@@ -102,12 +103,15 @@ def _build_root(spec):
   _mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def _start_child(spec, status_fd):
+def _start_child(spec, status_fd, cgroup_fds):
   pid = os.fork()
   if pid:
     return pid
   try:
     os.close(status_fd)
+    for fd in cgroup_fds:  # Everything the child starts is counted there too.
+      os.write(fd, b"0")
+      os.close(fd)
     os.chdir(spec["work"])
     for number, soft, hard in spec["rlimits"]:
       resource.setrlimit(number, (soft, hard))
@@ -233,12 +237,13 @@ def _main():
     if os.getpid() != 1:
       raise OSError("the pid namespace is not in effect (this is not process 1)")
     os.umask(0o022)
-    for path in spec["cgroup_procs"]:
-      # Process 1 joins the run's cgroups; everything it starts is counted there too.
-      with open(path, "w") as f:
-        f.write("0")
+    # Opened now, while the host's /sys is still in view; the child joins them. Process 1 stays
+    # out, so the cgroup's OOM killer can never end the run without its status.
+    cgroup_fds = [os.open(path, os.O_WRONLY) for path in spec["cgroup_procs"]]
     _build_root(spec)
-    child = _start_child(spec, status_fd)
+    child = _start_child(spec, status_fd, cgroup_fds)
+    for fd in cgroup_fds:
+      os.close(fd)
   except OSError as e:
     os.write(status_fd, f"error {e}\n".encode())
     os._exit(1)

@@ -321,7 +321,7 @@ def _make_cgroups(limits: SandboxLimits) -> list[str]:
       made.append(directory)
       _write_text(os.path.join(directory, "memory.max"), str(int(limits.memory_bytes)))
       _write_text(os.path.join(directory, "memory.swap.max"), "0")
-      _write_text(os.path.join(directory, "pids.max"), str(int(limits.max_processes) + 1))
+      _write_text(os.path.join(directory, "pids.max"), str(int(limits.max_processes)))
     else:
       memory = os.path.join(roots["memory"], name)
       os.mkdir(memory)
@@ -330,8 +330,7 @@ def _make_cgroups(limits: SandboxLimits) -> list[str]:
       pids = os.path.join(roots["pids"], name)
       os.mkdir(pids)
       made.append(pids)
-      # Process 1 of the run is in it too.
-      _write_text(os.path.join(pids, "pids.max"), str(int(limits.max_processes) + 1))
+      _write_text(os.path.join(pids, "pids.max"), str(int(limits.max_processes)))
   except OSError as e:
     _remove_cgroups(made)
     if limits.cgroup == "require":
