@@ -36,6 +36,8 @@ EXTRAS_REQUIRE = {
     # nbclient, nbformat and ipykernel run the notebooks in colabs/ headless (tests/colabs).
     "test": ["pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "nbclient>=0.10", "nbformat>=5.10",
              "ipykernel>=6.29"],
+    # Craftax-Classic behind rlagents.envs (`envs.make("craftax/Craftax-Classic-Symbolic-v1")`).
+    "craftax": ["craftax>=1.6"],
     "cuda12": ["jax[cuda12]"],
     "tpu": ["jax[tpu]"],
 }

@@ -11,6 +11,7 @@ _BUILT_IN = {
 }
 ENVIRONMENTS = tuple(_BUILT_IN)
 GYMNAX_PREFIX = "gymnax/"
+CRAFTAX_PREFIX = "craftax/"
 
 
 def make(name: str, **kwargs) -> _api.Environment:
@@ -30,6 +31,10 @@ def make(name: str, **kwargs) -> _api.Environment:
   if name.startswith(GYMNAX_PREFIX):
     from rlagents.envs import _gymnax  # pylint: disable=g-import-not-at-top
     return _gymnax.GymnaxEnv.from_name(name[len(GYMNAX_PREFIX):], **kwargs)
+  if name.startswith(CRAFTAX_PREFIX):
+    from rlagents.envs import _craftax  # pylint: disable=g-import-not-at-top
+    return _craftax.CraftaxEnv.from_name(name[len(CRAFTAX_PREFIX):], **kwargs)
   valid = ", ".join(repr(n) for n in ENVIRONMENTS)
   raise ValueError(f"Unknown environment {name!r}; valid choices: {valid}, or "
-                   f"'{GYMNAX_PREFIX}<id>' for a gymnax environment.")
+                   f"'{GYMNAX_PREFIX}<id>' for a gymnax environment, or '{CRAFTAX_PREFIX}<id>' for a "
+                   f"craftax one.")

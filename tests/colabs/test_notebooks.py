@@ -15,7 +15,7 @@ import pytest
 _ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 _NOTEBOOKS = sorted(glob.glob(os.path.join(_ROOT, "colabs", "*.ipynb")))
 # Notebooks over a minute on a loaded 2-core CPU are marked slow.
-_SLOW = {"quickstart.ipynb", "custom_task.ipynb"}
+_SLOW = {"quickstart.ipynb", "custom_task.ipynb", "world_model.ipynb", "selfplay.ipynb"}
 
 
 def _params():

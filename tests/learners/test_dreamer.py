@@ -12,52 +12,59 @@ from rlagents.learners import ppo
 
 TINY_MODEL = world_models.WorldModelConfig(deter_size=16, num_latents=4, num_classes=4,
                                            hidden_size=16, num_bins=31)
-# 8 envs x 4 steps per iteration; learning from the second iteration (32 steps, 4 per env).
-TINY = dreamer.DreamerConfig(num_envs=8, collect_steps=4, total_timesteps=96, learning_starts=32,
+# 8 envs x 8 steps per iteration; random actions in the first two, learning once 128 real steps
+# are in the replay (after the second iteration's collection).
+TINY = dreamer.DreamerConfig(num_envs=8, collect_steps=8, total_timesteps=192, learning_starts=128,
                              batch_size=8, seq_len=4, horizon=3, hidden_size=16, mlp_layers=1,
                              world_model=TINY_MODEL)
 
 
-def test_vmapped_seeds_metrics_and_replay():
-  train = jax.jit(jax.vmap(dreamer.make_train(TINY)))
-  state, metrics = jax.device_get(train(jax.random.split(jax.random.key(0), 2)))
-  assert TINY.num_iterations == 3
-  np.testing.assert_array_equal(metrics["env_steps"], [[32, 64, 96]] * 2)
-  np.testing.assert_array_equal(metrics["learning"], [[1, 1, 1]] * 2)
-  for name in ("wm_loss", "kl", "actor_loss", "critic_loss", "imagined_return", "entropy"):
-    assert metrics[name].shape == (2, 3) and np.all(np.isfinite(metrics[name])), name
-  # The replay holds every real transition: 12 rows of 8 envs; rows chain o_{t+1} = o_t'.
-  replay = state.replay
-  assert replay.rows.obs.shape == (2, 12, 8, 4) and list(replay.size) == [12, 12]
-  rows = replay.rows
-  same = ~rows.first[:, 1:]
-  np.testing.assert_array_equal(np.where(same[..., None], rows.obs[:, 1:], 0),
-                                np.where(same[..., None], rows.next_obs[:, :-1], 0))
-  assert not np.allclose(metrics["wm_loss"][0], metrics["wm_loss"][1])  # seeds differ
-
-
-def test_random_prefill_skips_updates():
-  config = dreamer.DreamerConfig(**{**TINY.__dict__, "learning_starts": 64})
-  _, metrics = jax.jit(dreamer.make_train(config))(jax.random.key(0))
-  np.testing.assert_array_equal(metrics["learning"], [0, 1, 1])
-  assert np.isnan(metrics["wm_loss"][0]) and np.isfinite(metrics["wm_loss"][1])
-
-
-def test_one_and_eight_devices_give_equal_parameters():
-  assert jax.local_device_count() >= 8, "tests/conftest.py forces 8 CPU devices"
-  single = dreamer.make_learner(TINY)
-  state = single.init(jax.random.key(0))
-  update = jax.jit(single.update)
+@pytest.fixture(scope="module")
+def single_device_run():
+  """Three iterations of `TINY` on one device, iteration by iteration (one compile)."""
+  learner = dreamer.make_learner(TINY)
+  state = learner.init(jax.random.key(0))
+  update = jax.jit(learner.update)
+  history = []
   for _ in range(TINY.num_iterations):
     state, metrics = update(state)
+    history.append(metrics)
+  return jax.device_get(state), jax.device_get(
+      {k: np.stack([m[k] for m in history]) for k in history[0]})
 
+
+def test_prefill_metrics_and_replay(single_device_run):
+  state, metrics = single_device_run
+  assert TINY.num_iterations == 3
+  np.testing.assert_array_equal(metrics["env_steps"], [64, 128, 192])
+  np.testing.assert_array_equal(metrics["learning"], [0, 1, 1])  # random prefill first
+  assert np.isnan(metrics["wm_loss"][0])
+  for name in ("wm_loss", "kl", "actor_loss", "critic_loss", "imagined_return", "entropy"):
+    assert np.all(np.isfinite(metrics[name][1:])), name
+  # The replay holds every real transition: 24 rows of 8 envs; within an episode the rows
+  # chain (o_{t+1} of one row is o_t of the next).
+  rows = state.replay.rows
+  assert rows.obs.shape == (24, 8, 4) and int(state.replay.size) == 24
+  same = ~rows.first[1:]
+  np.testing.assert_array_equal(np.where(same[..., None], rows.obs[1:], 0),
+                                np.where(same[..., None], rows.next_obs[:-1], 0))
+  # An episode starts after each termination (no time-limit cut in 24 steps).
+  assert rows.first[0].all() and rows.terminal.sum() > 0
+  np.testing.assert_array_equal(rows.first[1:], rows.terminal[:-1])
+
+
+def test_one_and_eight_devices_give_equal_parameters(single_device_run):
+  assert jax.local_device_count() >= 8, "tests/conftest.py forces 8 CPU devices"
+  state, metrics = single_device_run
   parallel = dreamer.make_learner(TINY, axis_name="data", num_devices=8)
 
   def run(key):
     state = parallel.init(key)
+    history = []
     for _ in range(TINY.num_iterations):
       state, metrics = parallel.update(state)
-    return state, metrics
+      history.append(metrics)
+    return state, {k: jnp.stack([m[k] for m in history]) for k in history[0]}
 
   states, parallel_metrics = jax.pmap(run, axis_name="data")(jnp.stack([jax.random.key(0)] * 8))
   for params in ("model_params", "actor_params", "critic_params"):
@@ -73,9 +80,9 @@ def test_one_and_eight_devices_give_equal_parameters():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"batch_size": 6}, "multiple of num_envs"),
-    ({"learning_starts": 8, "collect_steps": 1}, "raise learning_starts"),
+    ({"learning_starts": 8, "collect_steps": 2}, "raise learning_starts"),
     ({"replay_capacity": 2}, "fewer than seq_len"),
-    ({"total_timesteps": 16}, "less than one iteration"),
+    ({"total_timesteps": 32}, "less than one iteration"),
     ({"discount": 1.5}, "discount"),
     ({"actor_lr": 0.0}, "actor_lr"),
 ])

@@ -100,6 +100,7 @@ def _cartpole_data(key, num_steps=128, num_envs=16):
   return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), rows)
 
 
+@pytest.mark.slow  # 200 model steps: ~20 s alone, minutes on a loaded 2-core CPU
 def test_learns_cartpole_one_step_dynamics():
   """A few hundred steps on random CartPole data: the loss falls and terminal steps are told."""
   import optax  # pylint: disable=g-import-not-at-top
