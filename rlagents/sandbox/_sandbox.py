@@ -22,8 +22,10 @@ script (`_init.py`) that stays as the run's process 1:
   (`isolation` then has "+cgroup": "kernel+seccomp+cgroup" with both).
 * wall clock: process 1 kills the whole namespace at `wall_seconds`.
 
-Where one of these cannot be applied the run raises `SandboxUnavailable` naming it; a user who
-accepts less asks for "hook": the audit hook, rlimits, the unprivileged user and (where allowed)
+Where the namespaces or the user change cannot be applied the run raises `SandboxUnavailable`
+naming what is missing. The seccomp filter and the cgroup are applied where this machine has them
+(`SandboxLimits.seccomp`/`cgroup="require"` makes either mandatory), and the mode's name says
+whether they were. A user who accepts less asks for "hook": the audit hook, rlimits, the unprivileged user and (where allowed)
 the network namespace only, with no mount or pid namespace, so the child can see the host's
 world-readable files through interfaces the hook does not watch and leave processes behind.
 
