@@ -16,7 +16,8 @@ import typing
 
 import pytest
 
-_PACKAGES = ("rlagents.losses", "rlagents.envs", "rlagents.tools", "rlagents.learners")
+_PACKAGES = ("rlagents.losses", "rlagents.envs", "rlagents.tools", "rlagents.learners",
+             "rlagents.world_models")
 # Helpers shared between a package's own modules, not part of what users call.
 _INTERNAL = {
     "rlagents.losses": {

@@ -26,6 +26,7 @@ from rlagents.envs._cartpole import CartPole
 from rlagents.envs._cartpole import CartPoleState
 from rlagents.envs._connect_four_minimax import make_minimax_policy
 from rlagents.envs._connect_four_minimax import minimax_values
+from rlagents.envs._craftax import CraftaxEnv
 from rlagents.envs._gymnax import GymnaxEnv
 from rlagents.envs._maze import KeyDoorMaze
 from rlagents.envs._maze import KeyDoorMazeState
@@ -65,6 +66,7 @@ __all__ = [
     "Environment",
     "EpisodeStatistics",
     "EpisodeStatisticsState",
+    "CraftaxEnv",
     "GymnaxEnv",
     "InvalidEnvironmentError",
     "KeyDoorMaze",

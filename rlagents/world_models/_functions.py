@@ -24,12 +24,20 @@ from jax import lax
 
 
 def symlog(x: jax.Array) -> jax.Array:
-  """`sign(x) * log(1 + |x|)`, elementwise."""
+  """`sign(x) * log(1 + |x|)`, elementwise.
+
+  Args:
+    x: any array.
+  """
   return jnp.sign(x) * jnp.log1p(jnp.abs(x))
 
 
 def symexp(x: jax.Array) -> jax.Array:
-  """`sign(x) * (exp(|x|) - 1)`, the inverse of `symlog`, elementwise."""
+  """`sign(x) * (exp(|x|) - 1)`, the inverse of `symlog`, elementwise.
+
+  Args:
+    x: any array.
+  """
   return jnp.sign(x) * jnp.expm1(jnp.abs(x))
 
 
@@ -107,6 +115,10 @@ def sample_onehot(key: jax.Array, logits: jax.Array) -> jax.Array:
 
   The forward value is the one-hot sample; the gradient is that of the probabilities
   (Bengio et al. 2013, https://arxiv.org/abs/1308.3432).
+
+  Args:
+    key: a PRNG key.
+    logits: `[..., K]`.
   """
   probs = jax.nn.softmax(logits, axis=-1)
   index = jax.random.categorical(key, logits, axis=-1)

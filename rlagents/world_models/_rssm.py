@@ -153,7 +153,15 @@ class _Head(nn.Module):
 
 
 class RSSMNetworks(nn.Module):
-  """The RSSM's networks; `WorldModel` calls them through `apply(..., method=...)`."""
+  """The RSSM's networks; `WorldModel` calls them through `apply(..., method=...)`.
+
+  Attributes:
+    config: the sizes.
+    obs_size: D, the observation width.
+    num_actions: A, the discrete actions (the transition reads them one-hot).
+    parent: Flax's module parent (set by Flax).
+    name: Flax's module name (set by Flax).
+  """
   config: WorldModelConfig
   obs_size: int
   num_actions: int
@@ -177,6 +185,7 @@ class RSSMNetworks(nn.Module):
     return F.unimix_logits(logits, c.unimix)
 
   def encode(self, obs):
+    """The embedding of `obs [..., D]` (symlog first) for the posterior."""
     x = F.symlog(obs) if self.config.symlog_twohot else obs
     for block in self.encoder:
       x = block(x)
@@ -189,9 +198,11 @@ class RSSMNetworks(nn.Module):
     return deter
 
   def prior(self, deter):
+    """The dynamics predictor's latent log-probabilities `[..., S, K]` at `deter`."""
     return self._latent_logits(self.prior_net(deter))
 
   def posterior(self, deter, embed):
+    """The representation's latent log-probabilities `[..., S, K]` from `deter` and `embed`."""
     return self._latent_logits(self.posterior_net(jnp.concatenate([deter, embed], -1)))
 
   def heads(self, features):
@@ -200,6 +211,7 @@ class RSSMNetworks(nn.Module):
             self.continue_head(features)[..., 0])
 
   def init_all(self, obs, action):
+    """Touches every network once, for `init`."""
     c = self.config
     state = RSSMState(jnp.zeros(obs.shape[:-1] + (c.deter_size,)),
                       jnp.zeros(obs.shape[:-1] + (c.num_latents, c.num_classes)))
