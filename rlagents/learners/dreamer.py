@@ -422,9 +422,11 @@ def make_learner(config: DreamerConfig, env: envs.Environment | None = None, *,
         lambda x: x[time, env_index].reshape(local_batch, config.seq_len, *x.shape[2:]),
         replay.rows)
 
-  def behaviour_losses(actor_params, critic_params, slow_critic_params, model_params,
-                       return_scale, start, start_cont, key):
-    """Imagines from `start` and returns the actor's and critic's losses' ingredients."""
+  def imagine(actor_params, critic_params, model_params, start, start_cont, key):
+    """Imagines from `start`: `(features, actions, returns, values, weights)`, no gradients.
+
+    `weights[t]` discounts step t by the imagined chance that the episode is still running
+    (and is 0 from a terminal start)."""
     keys = local(jax.random.split(key, config.batch_size * config.seq_len))
     states, actions = model.imagine(model_params, start,
                                     lambda f: policy_logits(actor_params, f), keys,
@@ -458,9 +460,8 @@ def make_learner(config: DreamerConfig, env: envs.Environment | None = None, *,
     # IMAGINE (from the posterior of the batch, with the updated model)
     start = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), posterior)
     start_cont = 1.0 - batch.terminal.reshape(-1).astype(jnp.float32)
-    features, actions, returns, value, weight = behaviour_losses(
-        actor_params, critic_params, slow_critic_params, model_params, return_scale, start,
-        start_cont, imagine_key)
+    features, actions, returns, value, weight = imagine(
+        actor_params, critic_params, model_params, start, start_cont, imagine_key)
 
     # BEHAVE
     return_scale = world_models.update_return_scale(
