@@ -51,10 +51,12 @@ def _finish(process):
   return json.loads(output.rsplit("devices ", 1)[1].splitlines()[0])
 
 
-def _grpo_params(workdir):
+def _grpo_state(workdir, like=None):
+  """The saved GRPO state of step 2; `like` (host arrays) lays it out on this process when it
+  was saved on other devices (another process's)."""
   with checkpoint.Checkpointer(os.path.join(workdir, "checkpoints", "grpo")) as ckpt:
     assert ckpt.all_steps() == [2]
-    return ckpt.restore(2)[0]["params"]
+    return ckpt.restore(2, like)[0]
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +64,7 @@ def one_device(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("one") / "run")
   assert _finish(_launch(workdir, 1)) == {"processes": 1, "devices": 1,
                                            "mesh": {"data": 1, "fsdp": 1}}
-  return _grpo_params(workdir)
+  return jax.tree.map(np.asarray, _grpo_state(workdir))
 
 
 def _assert_close(a, b):
@@ -76,7 +78,7 @@ def test_eight_devices_end_with_the_one_device_parameters(one_device, tmp_path, 
   workdir = str(tmp_path / "run")
   devices = _finish(_launch(workdir, 8, {"mesh.data": mesh["data"], "mesh.fsdp": mesh["fsdp"]}))
   assert devices["devices"] == 8 and devices["mesh"]["fsdp"] == mesh["fsdp"]
-  _assert_close(one_device, _grpo_params(workdir))
+  _assert_close(one_device["params"], _grpo_state(workdir)["params"])
 
 
 @pytest.mark.slow
@@ -93,4 +95,5 @@ def test_two_processes_end_with_the_one_process_parameters(one_device, tmp_path)
   assert devices[0] == {"processes": 2, "devices": 2, "mesh": {"data": 2, "fsdp": 1}}
   # One run: one metrics file, one checkpoint per step, one audit log (process 0 writes).
   assert sorted(os.listdir(workdir)).count("metrics.csv") == 1
-  _assert_close(one_device, _grpo_params(workdir))
+  _assert_close(one_device["params"],
+                _grpo_state(workdir, like=jax.device_put(one_device))["params"])
