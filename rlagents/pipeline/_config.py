@@ -185,6 +185,10 @@ class AgentJobConfig:
     mesh: the devices the update steps run on (`parallel.MeshConfig`): by default every device
       of every process on the `data` axis; `fsdp > 1` also splits large parameters and their
       optimizer state. Rollouts sample on each process's first device.
+    sandbox_isolation: how suites that run untrusted code isolate it (`sandbox.SandboxLimits`):
+      "kernel" (namespaces, read-only root, unprivileged user, seccomp and cgroup where the
+      machine allows; a run that cannot apply them raises `SandboxUnavailable`), or "hook",
+      the weaker audit-hook mode, only when asked for here. The report names the mode that ran.
   """
   seed: int = 0
   task: str = "calculator"
@@ -217,6 +221,7 @@ class AgentJobConfig:
   diversity_weight: float = 0.0
   proxy_drift: ProxyDriftConfig = ProxyDriftConfig()
   mesh: MeshConfig = MeshConfig()
+  sandbox_isolation: str = "kernel"
 
   def __post_init__(self):
     # Checks of one field or of fields that always go together; what depends on the registered
@@ -237,6 +242,9 @@ class AgentJobConfig:
       raise ValueError(f"tool_failure_rate must be in [0, 1), got {self.tool_failure_rate}")
     if self.checkpoint_every < 1 or self.log_every < 1:
       raise ValueError("checkpoint_every and log_every must be >= 1")
+    if self.sandbox_isolation not in ("kernel", "hook"):
+      raise ValueError(f"sandbox_isolation must be 'kernel' or 'hook' (weaker, explicit), got "
+                       f"{self.sandbox_isolation!r}")
     if self.rollout.max_length > self.model.max_len:
       raise ValueError(f"rollout.max_length ({self.rollout.max_length}) exceeds model.max_len "
                        f"({self.model.max_len})")

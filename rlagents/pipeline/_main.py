@@ -147,7 +147,8 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
   report["devices"] = {"processes": jax.process_count(), "devices": jax.device_count(),
                        "mesh": dict(job.mesh.shape)}
   if job.suite.sandboxed:
-    report["sandbox_isolation"] = sandbox.isolation_mode()
+    report["sandbox_isolation"] = sandbox.isolation_mode(
+        sandbox.SandboxLimits(isolation=config.sandbox_isolation))
   out.close()
   if jax.process_index() != 0:
     return report

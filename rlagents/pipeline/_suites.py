@@ -82,7 +82,8 @@ def retrieval_suite(config, data_dir: str) -> tasks_lib.TaskSuite:
 
 def codefix_suite(config, data_dir: str) -> tasks_lib.TaskSuite:
   """Buggy functions fixed against pinned tests run in the sandbox (scripted policies only)."""
-  limits = sandbox.SandboxLimits(cpu_seconds=2, wall_seconds=5, memory_bytes=256 * 2**20)
+  limits = sandbox.SandboxLimits(cpu_seconds=2, wall_seconds=5, memory_bytes=256 * 2**20,
+                                 isolation=config.sandbox_isolation)
   splits = {split: suites_tfds.load_split("codefix", split, suite=config.codefix,
                                           data_dir=data_dir)
             for split in SCRIPTED_SPLITS}
@@ -132,7 +133,8 @@ def run_scripted_suite(suite: tasks_lib.TaskSuite, config, workdir: str) -> dict
   policy = config.scripted_policy or "honest"
   report = {"task": suite.name, "policy": policy, "splits": {}}
   if suite.sandboxed:
-    report["sandbox_isolation"] = sandbox.isolation_mode()
+    report["sandbox_isolation"] = sandbox.isolation_mode(
+        sandbox.SandboxLimits(isolation=config.sandbox_isolation))
   for index, split in enumerate(SCRIPTED_SPLITS):
     tasks = list(suite.splits[split])[:config.eval.curve_tasks]
     rng = np.random.default_rng([config.seed, 5, index])

@@ -44,6 +44,8 @@ REFUSED = [
      "preferences.feedback_file is read by algorithm='kto' only; algorithm='grpo' would "
      "ignore it"),
     ({"scripted_policy": "pad"}, "task='calculator' trains a policy"),
+    ({"task": "codefix", "sandbox_isolation": "none"},
+     "sandbox_isolation must be 'kernel' or 'hook' (weaker, explicit), got 'none'"),
     ({"task": "retrieval", "algorithm": "ppo"}, "task='retrieval' trains with algorithm='grpo'"),
     ({"task": "retrieval", "soft_reward__weight": 0.5}, "task='retrieval' has no learned reward"),
     ({"sft__num_demonstrations": 10_000}, "sft.num_demonstrations (10000) exceeds "
@@ -72,7 +74,8 @@ def test_a_combination_that_cannot_run_is_refused_in_one_line(overrides, message
     {}, {"algorithm": "ppo"}, {"algorithm": "dpo"}, {"algorithm": "kto"},
     {"rollout_mode": "jit"}, {"lora__rank": 4}, {"diversity_weight": 0.1},
     {"soft_reward__weight": 0.5}, {"mesh__data": 2, "mesh__fsdp": 4},
-    {"task": "codefix"}, {"task": "retrieval", "scripted_policy": "pad"},
+    {"task": "codefix"}, {"task": "codefix", "sandbox_isolation": "hook"},
+    {"task": "retrieval", "scripted_policy": "pad"},
     {"eval__every_steps": 0}, {"algorithm": "dpo", "preferences__preference_file": "/p.jsonl"},
 ], ids=lambda o: ",".join(o) or "smoke")
 def test_combinations_that_run_are_accepted(overrides):
