@@ -34,6 +34,7 @@ class UpdateStep:
       raise ValueError(f"mesh axes must be {_mesh.AXES} (parallel.make_mesh), got "
                        f"{mesh.axis_names}")
     self.mesh = mesh
+    self._known = {}
     self.num_state_args = num_state_args
     self.min_size = 1024 if min_size is None else min_size
     donate_argnums = (0,) if donate else ()
@@ -49,17 +50,31 @@ class UpdateStep:
     """The state arguments laid out on the mesh by the rules (those already so are kept)."""
     return tuple(_sharding.shard_state(a, self.mesh, min_size=self.min_size) for a in state_args)
 
+  def _placed(self, index: int, arg):
+    # The objects this step placed or returned are laid out already: recognised by identity,
+    # without a look at every array. (State arguments are taken as immutable, as JAX arrays are.)
+    known = self._known.get(index)
+    if known is not None and any(arg is k for k in known):
+      return known[-1]
+    (placed,) = self.place(arg)
+    # The first argument may be donated, so only the state a step returns is remembered for it.
+    self._known[index] = (arg, placed) if index else None
+    return placed
+
   def __call__(self, *args):
     """`(*state_args, batch) -> (state, metrics)`; `batch` is this process's part (host arrays)."""
     if len(args) != self.num_state_args + 1:
       raise TypeError(f"the update step takes {self.num_state_args} state argument(s) and a "
                       f"batch, got {len(args)} arguments")
-    state_args, batch = self.place(*args[:-1]), args[-1]
+    state_args = tuple(self._placed(i, a) for i, a in enumerate(args[:-1]))
+    batch = args[-1]
     if self._single:
       _sharding.check_batch(batch, 1)
     else:
       batch = _sharding.shard_batch(batch, self.mesh)
-    return self._step(*state_args, batch)
+    state, metrics = self._step(*state_args, batch)
+    self._known[0] = (state,)
+    return state, metrics
 
 
 def make_update_step(update, mesh: Mesh | _mesh.MeshConfig | None = None, *,

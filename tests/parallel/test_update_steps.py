@@ -224,16 +224,22 @@ def test_ppo_pmap_equals_shard_map(num_devices):
   _close(pmapped, reference)
 
 
-def test_make_update_step_places_the_state_once():
+def test_make_update_step_places_the_state_once(monkeypatch):
   learner, _, train, batch, reference, _ = _ppo_setup()
   step = parallel.make_update_step(ppo.make_split_minibatch_update(learner),
                                    parallel.MeshConfig(data=2, fsdp=4, fsdp_min_size=MIN_SIZE))
   assert dict(step.mesh.shape) == {"data": 2, "fsdp": 4}
+  placements = []
+  shard_state = parallel.shard_state
+  monkeypatch.setattr(parallel._sharding, "shard_state",  # pylint: disable=protected-access
+                      lambda *a, **k: placements.append(1) or shard_state(*a, **k))
   first, _ = step(train, batch)
+  assert len(placements) == 1
   # The returned state is already laid out: placing it again keeps the very same arrays.
   (again,) = step.place(first)
   assert all(a is b for a, b in zip(jax.tree.leaves(again), jax.tree.leaves(first)))
   second, _ = step(first, batch)
+  assert len(placements) == 2  # the explicit place() above; the step recognised its own output
   two_steps = jax.jit(ppo.make_minibatch_update(learner))
   (expected, _), _ = two_steps(two_steps(train, batch)[0], batch)
   _close(second[0], expected)
