@@ -190,13 +190,14 @@ def main(argv):
     results["runs"].append(run)
   ones = [r["split"]["stored_bytes"] for r in results["runs"] if r["devices"] == 1]
   base = ones[0] if ones else None  # the saving is against one device
-  print(f"cpu: {results['cpu']}; jax {results['jax']}; transformer {LARGER}, "
-        f"{results['runs'][0]['parameters'] / 1e6:.1f}M parameters; GRPO step, {ROWS} rows x "
-        f"{LENGTH} tokens; mesh data={_DATA.value} x fsdp=N/{_DATA.value}")
-  header = (f"{'devices':>7} {'update':>6} {'params MB':>9} {'opt MB':>8} {'stored MB':>9} "
-            f"{'1-dev/N':>7} {'arg MB':>8} {'temp MB':>8} {'out MB':>8} {'compile s':>9} "
-            f"{'step s':>7}")
-  print(header)
+  print(f"cpu: {results['cpu']}; jax {results['jax']}")
+  if results["runs"]:
+    print(f"transformer {LARGER}, {results['runs'][0]['parameters'] / 1e6:.1f}M parameters; GRPO "
+          f"step, {ROWS} rows x {LENGTH} tokens; mesh data={_DATA.value} x "
+          f"fsdp=N/{_DATA.value}")
+    print(f"{'devices':>7} {'update':>6} {'params MB':>9} {'opt MB':>8} {'stored MB':>9} "
+          f"{'1-dev/N':>7} {'arg MB':>8} {'temp MB':>8} {'out MB':>8} {'compile s':>9} "
+          f"{'step s':>7}")
   for run in results["runs"]:
     for name in ("split", "plain"):
       if name not in run:
