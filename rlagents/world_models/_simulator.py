@@ -6,8 +6,10 @@
 
 `reset` starts from one of the given real first observations (read into the posterior); `step`
 rolls the prior one step and returns the decoded observation, the predicted reward, and `done`
-where the continue head says the episode ended (probability below `continue_threshold`) or the
-time limit is hit. Observations are decoded into the real environment's space, so a policy
+where the episode ends: drawn with the continue head's probability (or, with a
+`continue_threshold`, where that probability falls below it), or at the time limit. Drawing
+matters: a head that never puts an end above 50% (ends are rare in the data) would, thresholded,
+give a simulator in which no action ever ends an episode. Observations are decoded into the real environment's space, so a policy
 trained here acts in the real environment unchanged. Evaluation always uses the real one.
 """
 
@@ -43,14 +45,14 @@ class WorldModelEnv(envs.Environment):
     params: its trained parameters.
     start_obs: `[N, D]` real first observations; `reset` draws one uniformly.
     max_episode_steps: time limit (truncation), as the real environment's.
-    continue_threshold: an episode terminates where the predicted continue probability is
-      below this.
+    continue_threshold: None draws each step's termination with probability 1 - the
+      predicted continue probability; a number terminates where that probability is below it.
   """
   model: _rssm.WorldModel
   params: Any
   start_obs: jax.Array
   max_episode_steps: int = 500
-  continue_threshold: float = 0.5
+  continue_threshold: float | None = None
 
   def __post_init__(self):
     start_obs = jnp.asarray(self.start_obs, jnp.float32)
@@ -61,7 +63,7 @@ class WorldModelEnv(envs.Environment):
     if self.max_episode_steps < 1:
       raise ValueError(f"WorldModelEnv.max_episode_steps must be >= 1, got "
                        f"{self.max_episode_steps}")
-    if not 0 < self.continue_threshold < 1:
+    if self.continue_threshold is not None and not 0 < self.continue_threshold < 1:
       raise ValueError(f"WorldModelEnv.continue_threshold must be in (0, 1), got "
                        f"{self.continue_threshold}")
 
@@ -80,11 +82,15 @@ class WorldModelEnv(envs.Environment):
 
   def step(self, state, action, key):
     action = envs.check_action(self.action_spec(), action, "WorldModelEnv")
-    noise = self.model.latent_noise(key, (), 1)[0]
+    noise_key, end_key = jax.random.split(key)
+    noise = self.model.latent_noise(noise_key, (), 1)[0]
     model_state = self.model.imagine_step(self.params, state.model_state, action, noise)
     obs, reward, cont = self.model.predict(self.params, model_state)
     time = state.time + 1
-    terminated = cont < self.continue_threshold
+    if self.continue_threshold is None:
+      terminated = jax.random.uniform(end_key) >= cont
+    else:
+      terminated = cont < self.continue_threshold
     truncated = (time >= self.max_episode_steps) & ~terminated
     return (WorldModelEnvState(model_state, time), obs.astype(jnp.float32),
             reward.astype(jnp.float32), terminated | truncated, {"truncated": truncated})

@@ -146,6 +146,15 @@ def test_world_model_env_is_an_environment():
   eager = wm.WorldModelEnv(model, params, jnp.zeros((3, 4)), continue_threshold=0.99)
   _, _, _, done, info = eager.step(state, jnp.int32(1), jax.random.key(2))
   assert bool(done) and not bool(info["truncated"])
+  # By default each step ends with the predicted probability 1 - continue.
+  sampled = wm.WorldModelEnv(model, params, jnp.zeros((3, 4)))
+  keys = jax.random.split(jax.random.key(4), 2000)
+  ends = jax.jit(jax.vmap(lambda k: sampled.step(state, jnp.int32(1), k)[3]))(keys)
+  next_state = model.imagine_step(params, state.model_state, jnp.int32(1),
+                                  model.latent_noise(jax.random.key(5), (), 1)[0])
+  end_probability = 1.0 - float(model.predict(params, next_state)[2])
+  assert 0.05 < end_probability < 0.95  # an untrained head: ends are neither sure nor impossible
+  assert abs(float(ends.mean()) - end_probability) < 0.1, (float(ends.mean()), end_probability)
   # Threshold tiny: only the time limit ends an episode, as a truncation.
   late = wm.WorldModelEnv(model, params, jnp.zeros((3, 4)), max_episode_steps=3,
                           continue_threshold=1e-6)
