@@ -84,7 +84,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.az.model = "learned"
   if "smoke" in parts:
     config.az.num_games = 32
-    config.az.num_moves = 42 if game == "connect_four" else 16
+    config.az.num_moves = 42 if game == "connect_four" else 64
     config.az.batch_size = 128
     config.az.updates_per_iteration = 8
     config.az.search.num_simulations = 8

@@ -62,7 +62,9 @@ class AlphaZeroConfig:
     model: 'true' (search over the real game: AlphaZero) or 'learned' (over a MuZero model).
     search: how each move is searched (`rlagents.search.SearchConfig`).
     num_games: games played side by side in self-play (the batch, split across devices).
-    num_moves: moves per game slot per iteration; a game that ends restarts in its slot.
+    num_moves: moves per game slot per iteration; a game that ends restarts in its slot. The
+      moves of a game still running when the window ends have no outcome and are not trained,
+      so this should be at least the game's usual length (Connect Four 42, Othello ~64).
     replay_iterations: the buffer holds the samples of this many iterations.
     batch_size: samples per minibatch.
     updates_per_iteration: optimizer steps per iteration.
@@ -366,7 +368,7 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
     learner_seat = jax.vmap(jax.random.bernoulli)(seat_keys).astype(jnp.int32)
 
     def move(carry, t):
-      state, turn, learner_seat, length = carry
+      state, turn, learner_seat, length, first_mover = carry
       step_keys = jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, t), 4))(keys)
       searched = search_lib.search(model, config.search, params, step_keys[:, 0], state, turn)
       learner_move = jnp.ones(g, bool)
@@ -388,7 +390,9 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
                     reward=reward, game_end=game_end, learner_move=learner_move, mover=mover,
                     root_value=searched.root_value,
                     learner_score=jnp.where(mover == learner_seat, reward, -reward),
-                    first_player_reward=jnp.where(game_end, next_turn.rewards[:, 0], 0.0),
+                    first_player_reward=jnp.where(
+                        game_end, jnp.take_along_axis(next_turn.rewards, first_mover[:, None],
+                                                      axis=1)[:, 0], 0.0),
                     game_length=jnp.where(game_end, length + 1, 0))
       # A finished game restarts in its slot, with a new seat for the learner.
       reset_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(step_keys[:, 3])
@@ -399,9 +403,11 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
           step_keys[:, 3]).astype(jnp.int32)
       learner_seat = jnp.where(game_end, new_seat, learner_seat)
       length = jnp.where(game_end, 0, length + 1)
-      return (next_state, next_turn, learner_seat, length), sample
+      first_mover = jnp.where(game_end, next_turn.current_player, first_mover)
+      return (next_state, next_turn, learner_seat, length, first_mover), sample
 
-    _, samples = lax.scan(move, (state, turn, learner_seat, jnp.zeros(g, jnp.int32)),
+    _, samples = lax.scan(move, (state, turn, learner_seat, jnp.zeros(g, jnp.int32),
+                                 turn.current_player),
                           jnp.arange(moves))
     same_mover_next = jnp.concatenate(
         [samples["mover"][1:] == samples["mover"][:-1], jnp.zeros((1, g), bool)])
@@ -549,7 +555,13 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
     batches = jax.vmap(lambda i: gather_batch(replay, i))(index)
     (params, opt_state), loss_metrics = lax.scan(train_step, (state.params, state.opt_state),
                                                  batches)
-    metrics.update(jax.tree.map(jnp.mean, loss_metrics))
+    # No trainable sample yet (no game ended in any window: `num_moves` shorter than the games):
+    # the update is skipped and its loss metrics are NaN.
+    trainable = cumulative[-1] > 0
+    params, opt_state = jax.tree.map(lambda new, old: jnp.where(trainable, new, old),
+                                     (params, opt_state), (state.params, state.opt_state))
+    metrics.update(jax.tree.map(lambda x: jnp.where(trainable, jnp.mean(x), jnp.nan),
+                                loss_metrics))
 
     # LEAGUE
     iteration_done = state.iteration + 1

@@ -16,7 +16,7 @@ from rlagents.learners import league
 
 
 def tiny_config(**overrides):
-  values = dict(num_games=16, num_moves=6, replay_iterations=2, batch_size=16,
+  values = dict(num_games=16, num_moves=16, replay_iterations=2, batch_size=16,
                 updates_per_iteration=2, hidden_sizes=(16,), league_size=2, league_period=2,
                 league_add_every=1, search=search.SearchConfig(num_simulations=4))
   values.update(overrides)
@@ -67,8 +67,10 @@ def test_one_and_eight_devices_give_equal_iterations():
   np.testing.assert_allclose(one.replay.policy, eight.replay.policy, atol=1e-5)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
                one.params, eight.params)
-  # The parameters did move.
-  assert not np.allclose(jax.tree.leaves(one.params)[0], jax.tree.leaves(state.params)[0])
+  # Games ended and the parameters moved.
+  assert float(metrics_one["replay_samples"]) > 0
+  assert not all(np.allclose(a, b) for a, b in zip(jax.tree.leaves(one.params),
+                                                     jax.tree.leaves(state.params)))
   for name in ("games", "game_length", "loss", "league_members"):
     np.testing.assert_allclose(metrics_one[name], metrics_eight[name], rtol=1e-4)
 
@@ -85,6 +87,16 @@ def test_resume_from_a_checkpoint_equals_the_uninterrupted_run(tmp_path):
     restored = loader.restore_latest(target=learner.init(jax.random.key(7)))
   resumed, _ = step(restored.state)
   jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
+
+
+def test_no_update_before_any_game_has_ended():
+  # Two moves per window: no Connect Four game ends, so no sample has a value target.
+  learner = alphazero.make_learner(tiny_config(num_moves=2, league_size=0))
+  state = learner.init(jax.random.key(0))
+  after, metrics = jax.jit(learner.iteration)(state)
+  assert int(metrics["replay_samples"]) == 0
+  assert np.isnan(float(metrics["loss"]))
+  jax.tree.map(np.testing.assert_array_equal, after.params, state.params)
 
 
 def test_elo_table_recovers_a_known_difference():
