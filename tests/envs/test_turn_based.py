@@ -9,7 +9,8 @@ import pytest
 from rlagents import envs
 
 
-@pytest.mark.parametrize("game_id", ["connect_four", "othello", "tic_tac_toe"])
+@pytest.mark.parametrize("game_id", [
+    "connect_four", pytest.param("othello", marks=pytest.mark.slow), "tic_tac_toe"])
 def test_adapter_matches_pgx_along_random_games(game_id):
   game = envs.make_game(game_id)
   envs.check_turn_based_environment(game)

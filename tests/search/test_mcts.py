@@ -60,8 +60,8 @@ def test_illegal_moves_get_no_weight():
   model = search.true_dynamics(GAME, network.apply)
   for algorithm in search.ALGORITHMS:
     config = search.SearchConfig(algorithm=algorithm, num_simulations=16)
-    out = search.search(model, config, params, jax.random.split(jax.random.key(3), 1), state,
-                        turn)
+    out = jax.jit(lambda k, config=config: search.search(model, config, params, k, state, turn))(
+        jax.random.split(jax.random.key(3), 1))
     assert float(out.action_weights[0, 3]) == 0.0
     assert int(out.action[0]) != 3
 
@@ -77,6 +77,7 @@ def test_learned_model_search_runs_and_respects_legal_moves():
   assert float(out.action_weights[0, 3]) == 0.0
 
 
+@pytest.mark.slow  # also implied by the learner's 1 vs 8 devices test, which is in the default run
 def test_each_game_search_depends_only_on_its_key():
   network = search.PolicyValueNet(num_actions=7, obs_ndim=3, hidden_sizes=(16,))
   state, turn = _batch(ONE_MOVE_TO_WIN)
@@ -84,9 +85,9 @@ def test_each_game_search_depends_only_on_its_key():
   model = search.true_dynamics(GAME, network.apply)
   config = search.SearchConfig(num_simulations=8)
   keys = jax.random.split(jax.random.key(5), 3)
-  whole = search.search(model, config, params, keys, state, turn)
-  part = search.search(model, config, params, keys[1:], *jax.tree.map(lambda x: x[1:],
-                                                                    (state, turn)))
+  run = jax.jit(lambda k, s, t: search.search(model, config, params, k, s, t))
+  whole = run(keys, state, turn)
+  part = run(keys[1:], *jax.tree.map(lambda x: x[1:], (state, turn)))
   np.testing.assert_allclose(whole.action_weights[1:], part.action_weights, atol=1e-6)
 
 
