@@ -18,12 +18,17 @@ class SFTConfig:
     num_steps: optimizer steps.
     batch_size: episodes per step.
     optimizer: optimizer settings.
+    length_bucket: each batch is drawn from the episodes whose length rounds up to the same
+      multiple of this many tokens, so padding stays small (0: drawn from all episodes). With
+      few, very different lengths (e.g. a short guess and a long tool episode) a batch then
+      holds one kind only; 0 mixes them.
   """
   num_demonstrations: int = 8000
   num_steps: int = 700
   batch_size: int = 64
   optimizer: _state.OptimizerConfig = _state.OptimizerConfig(
       learning_rate=2e-3, warmup_steps=100, decay_steps=600)
+  length_bucket: int = 32
 
   def __post_init__(self):
     for name in ("num_demonstrations", "batch_size"):
@@ -31,6 +36,8 @@ class SFTConfig:
         raise ValueError(f"SFTConfig.{name} must be >= 1, got {getattr(self, name)}")
     if self.num_steps < 0:
       raise ValueError(f"SFTConfig.num_steps must be >= 0, got {self.num_steps}")
+    if self.length_bucket < 0:
+      raise ValueError(f"SFTConfig.length_bucket must be >= 0, got {self.length_bucket}")
 
 
 def sft_loss(params, apply_fn, tokens: jax.Array, loss_mask: jax.Array):

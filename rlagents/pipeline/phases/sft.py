@@ -10,11 +10,12 @@ from rlagents.pipeline.phases import _base
 
 
 class _LengthBuckets:
-  """Samples batches whose episodes have similar lengths, so padding stays small."""
+  """Samples batches whose episodes have similar lengths, so padding stays small (`multiple`
+  0: one bucket of every episode)."""
 
   def __init__(self, tokens: np.ndarray, multiple: int = 32):
     lengths = (tokens != 0).sum(axis=1)
-    keys = -(-lengths // multiple)
+    keys = -(-lengths // multiple) if multiple else np.zeros_like(lengths)
     self.buckets = [np.flatnonzero(keys == k) for k in np.unique(keys)]
     self.weights = np.array([len(b) for b in self.buckets], np.float64) / len(tokens)
 
@@ -46,7 +47,8 @@ class SFT(_base.Phase):
                              "rollout.max_length and model.max_len") from None
     job.outputs.metrics(0, {"expert/train_success":
                             evaluation.summarize_episodes(demos)["success"]})
-    return data, _LengthBuckets(data.tokens), learners.make_sft_step()
+    return (data, _LengthBuckets(data.tokens, config.sft.length_bucket),
+            learners.make_sft_step())
 
   def step(self, job, context, state, *, step, key, rng):
     data, buckets, update = context
