@@ -162,7 +162,7 @@ def test_a_user_task_trains_from_the_command_line(tmp_path):
 
 @pytest.mark.slow
 def test_the_drift_alarm_fires_when_the_reward_is_a_proxy(tmp_path, monkeypatch):
-  """`hackable_suite`'s calibration answers are one off the true count: as GRPO raises the
+  """`hackable_suite`'s calibration answers are 100 off the true count: as GRPO raises the
   training reward, calibration success stays at zero, and the monitor must say so."""
   monkeypatch.syspath_prepend(HERE)
   config = _config(**{"task": "letter_task:hackable_suite", "algorithm": "grpo",
