@@ -175,7 +175,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
   segment_start = time.time()
   last_line = time.time()
-  while iteration < config.num_iterations and train_seconds + (time.time() - segment_start) < budget:
+
+  def within_budget():
+    return train_seconds + (time.time() - segment_start) < budget
+
+  while iteration < config.num_iterations and within_budget():
     state, iteration_metrics = step(state)
     iteration += 1
     row = {}
@@ -204,14 +208,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
   # The final evaluation: games against random and minimax, and the Elo table.
   final_key = jax.random.fold_in(jax.random.key(config.seed + 2), iteration)
-  final = {"random": final_evaluator.play(state.params, "random", final_key, config.final_random_games)}
-  table.record(f"iter_{iteration}", "random", score=final["random"]["score"],
+  final = {"random": final_evaluator.play(state.params, "random", final_key,
+                                         config.final_random_games)}
+  # Its own name in the table: the final games search with `final_simulations`, a stronger player
+  # than the same parameters at `eval_simulations`.
+  final_name = f"final_{iteration}"
+  table.record(final_name, "random", score=final["random"]["score"],
                games=config.final_random_games)
   if az_config.game == "connect_four" and config.final_minimax_games:
     name = f"minimax_{config.final_minimax_depth}"
     final[name] = final_evaluator.play(state.params, name, jax.random.fold_in(final_key, 1),
                                  config.final_minimax_games)
-    table.record(f"iter_{iteration}", name, score=final[name]["score"],
+    table.record(final_name, name, score=final[name]["score"],
                  games=config.final_minimax_games)
   ratings = table.ratings()
   for name, rating in ratings.items():

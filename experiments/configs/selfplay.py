@@ -23,8 +23,8 @@ most iterations; the run also stops after `time_budget_minutes` of training, whi
 `log_every` (iterations between CSV rows and progress lines); `eval_every` (iterations between
 evaluations: games against random, against minimax (Connect Four), against the previous
 evaluation's parameters; each feeds the Elo table); `eval_games` (games per opponent there);
-`eval_minimax_depths`; `eval_simulations` (the evaluation search's simulations); `final_random_games`
-and `final_minimax_games` (the final evaluation, at `final_minimax_depth`, the learner searching
+`eval_minimax_depths`; `eval_simulations` (the evaluation search's simulations);
+`final_random_games` and `final_minimax_games` (the final evaluation, at `final_minimax_depth`, the learner searching
 with `final_simulations`); `checkpoint_every`
 (iterations between Orbax checkpoints; the run resumes from the newest); `num_devices` (devices
 the iteration is split over, 1 = plain jit).

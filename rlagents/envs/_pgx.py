@@ -80,7 +80,8 @@ class PgxGame(_turn_based.TurnBasedEnvironment):
   def step(self, state, action: jax.Array, key: jax.Array) -> tuple[Any, _turn_based.Turn]:
     state = self.pgx_env.step(state, jnp.asarray(action, jnp.int32), key)
     if self.max_moves is not None:
-      cut = (state._step_count >= self.max_moves) & ~state.terminated  # pylint: disable=protected-access
+      moves = state._step_count  # pylint: disable=protected-access
+      cut = (moves >= self.max_moves) & ~state.terminated
       state = state.replace(truncated=state.truncated | cut)
     return state, self._turn(state)
 

@@ -8,7 +8,7 @@ of a single reward: whose move it is, which actions are legal, and a reward for 
     while not (turn.terminated | turn.truncated):
       action = policy(state, turn, key)           # one of the legal actions of turn.current_player
       state, turn = game.step(state, action, key)
-    turn.rewards                                  # [num_players], e.g. [+1, -1] at a win of player 0
+    turn.rewards                      # [num_players], e.g. [+1, -1] at a win of player 0
 
 Rules every game follows: `turn.observation` is seen from `turn.current_player`'s side; `rewards`
 are those of the last step (in zero-sum games they sum to 0); stepping a finished game returns it

@@ -71,8 +71,9 @@ def test_learned_model_search_runs_and_respects_legal_moves():
   state, turn = _batch([([3, 3, 3, 3, 3, 3], None), ([0], None)])
   params = network.init(jax.random.key(0), turn.observation)
   model = search.learned_dynamics(network)
-  out = jax.jit(lambda p, k: search.search(model, search.SearchConfig(num_simulations=8), p, k,
-                                          state, turn))(params, jax.random.split(jax.random.key(1), 2))
+  config = search.SearchConfig(num_simulations=8)
+  out = jax.jit(lambda p, k: search.search(model, config, p, k, state, turn))(
+      params, jax.random.split(jax.random.key(1), 2))
   assert out.action.shape == (2,) and out.action_weights.shape == (2, 7)
   assert float(out.action_weights[0, 3]) == 0.0
 
