@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from experiments import train_control
+from experiments import control_job
 from experiments.configs import control as control_configs
 from rlagents import envs
 from rlagents.learners import ppo
@@ -26,8 +26,8 @@ def _dreamer_config():
 
 def _run(config, num_devices, iterations):
   env = envs.make(config.env.name)
-  learner_config = train_control.make_learner_config(config)
-  init, run_chunk = train_control.make_device_program(config, env, learner_config, num_devices)
+  learner_config = control_job.make_learner_config(config)
+  init, run_chunk = control_job.make_device_program(config, env, learner_config, num_devices)
   state = init(jax.random.split(jax.random.key(0), config.num_seeds))
   return run_chunk(iterations)(state)
 
@@ -61,7 +61,7 @@ def test_ppo_on_eight_devices_equals_the_pmap_reference():
   config.num_seeds = 1
   eight, metrics = _run(config, 8, 3)
   reference, reference_metrics = ppo.make_data_parallel_train(
-      train_control.make_learner_config(config), num_devices=8)(
+      control_job.make_learner_config(config), num_devices=8)(
           jax.random.split(jax.random.key(0), 1)[0])
   for a, b in zip(jax.tree.leaves(eight.params), jax.tree.leaves(reference.params)):
     for device in range(8):
@@ -73,7 +73,7 @@ def test_too_many_devices_is_an_error():
   config = _dreamer_config()
   config.num_devices = 64
   with pytest.raises(ValueError, match="local device"):
-    train_control.train_and_evaluate(config, "/tmp/unused")
+    control_job.train_and_evaluate(config, "/tmp/unused")
 
 
 @pytest.mark.slow
@@ -81,11 +81,11 @@ def test_resume_equals_the_uninterrupted_run(tmp_path):
   config = _dreamer_config()
   config.dreamer.total_timesteps = 64 * 6
   config.num_devices = 2
-  whole = train_control.train_and_evaluate(config, str(tmp_path / "whole"))
-  stopped = train_control.train_and_evaluate(config, str(tmp_path / "resumed"),
+  whole = control_job.train_and_evaluate(config, str(tmp_path / "whole"))
+  stopped = control_job.train_and_evaluate(config, str(tmp_path / "resumed"),
                                              stop_after_iterations=3)
   assert stopped == {"stopped_at_iteration": 3}
-  resumed = train_control.train_and_evaluate(config, str(tmp_path / "resumed"))
+  resumed = control_job.train_and_evaluate(config, str(tmp_path / "resumed"))
   assert resumed["final_rolling_return"] == whole["final_rolling_return"]
   rows = {}
   for name in ("whole", "resumed"):
