@@ -44,9 +44,10 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     values["dpo"].update(num_steps=48, batch_size=16)
     values["preferences"].update(expert_tasks=400, policy_prompts=128, policy_samples=4)
     values["reward_model"].update(num_steps=150, batch_size=32)
-    values["eval"].update(every_steps=8, curve_tasks=64, greedy_too=False)
-    # Two evaluation points (steps 8 and 16): the drift monitor compares those two.
-    values["proxy_drift"].update(window=2)
+    # Four evaluation points (GRPO steps 4, 8, 12, 16), so the drift monitor's window of three
+    # needs a rise that lasts: two points alone were too noisy at 64 calibration tasks (an
+    # honest run fired on a 0.1 reward rise with calibration flat by chance).
+    values["eval"].update(every_steps=4, curve_tasks=64, greedy_too=False)
     values["checkpoint_every"] = 8
     values["log_every"] = 4
   return ml_collections.ConfigDict(values)

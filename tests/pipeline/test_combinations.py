@@ -50,8 +50,8 @@ REFUSED = [
     ({"task": "retrieval", "soft_reward__weight": 0.5}, "task='retrieval' has no learned reward"),
     ({"sft__num_demonstrations": 10_000}, "sft.num_demonstrations (10000) exceeds "
      "tasks.num_train (600)"),
-    ({"proxy_drift__window": 3}, "proxy_drift.window=3 needs that many evaluation points but "
-     "grpo makes 2 (16 steps, eval.every_steps=8)"),
+    ({"proxy_drift__window": 5}, "proxy_drift.window=5 needs that many evaluation points but "
+     "grpo makes 4 (16 steps, eval.every_steps=4)"),
     ({"mesh__data": 3}, "mesh: MeshConfig(data=3, fsdp=1) does not fit 8 devices"),
     ({"sft__batch_size": 12}, "sft.batch_size = 12 does not split over the 8 devices"),
     ({"grpo__microbatch_size": 4, "grpo__prompts_per_step": 8},

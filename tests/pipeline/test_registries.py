@@ -75,7 +75,7 @@ pipeline.phases.register_phase(Reinforce())
 def _config(**dotted):
   settings = {"algorithm": "reinforce", "sft.num_steps": 40, "grpo.num_steps": 4,
               "grpo.prompts_per_step": 16, "eval.every_steps": 2, "eval.curve_tasks": 16,
-              "checkpoint_every": 2, "log_every": 1, **dotted}
+              "checkpoint_every": 2, "log_every": 1, "proxy_drift.window": 2, **dotted}
   return pipeline.config_from_dict(
       configs.with_overrides(calculator.get_config("smoke").to_dict(), settings))
 
