@@ -33,6 +33,7 @@ def single_device_run():
       {k: np.stack([m[k] for m in history]) for k in history[0]})
 
 
+@pytest.mark.slow  # the whole learner's compile: minutes on a loaded 2-core CPU
 def test_prefill_metrics_and_replay(single_device_run):
   state, metrics = single_device_run
   assert TINY.num_iterations == 3
@@ -53,6 +54,7 @@ def test_prefill_metrics_and_replay(single_device_run):
   np.testing.assert_array_equal(rows.first[1:], rows.terminal[:-1])
 
 
+@pytest.mark.slow
 def test_one_and_eight_devices_give_equal_parameters(single_device_run):
   assert jax.local_device_count() >= 8, "tests/conftest.py forces 8 CPU devices"
   state, metrics = single_device_run
