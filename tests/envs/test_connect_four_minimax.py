@@ -110,6 +110,7 @@ def _alpha_beta(mine, theirs, depth, alpha, beta):
   return best
 
 
+@pytest.mark.slow  # 123 s of the default suite under load (a compile per depth and position)
 def test_value_equals_alpha_beta_on_random_positions():
   game = envs.make_game("connect_four")
   values_fn = jax.jit(lambda obs: minimax.minimax_values(obs, 3))
