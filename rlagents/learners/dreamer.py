@@ -173,21 +173,6 @@ class DreamerConfig:
             / self.steps_per_iteration)
 
 
-class _MLPHead(nn.Module):
-  """`layers` x (Dense, LayerNorm, SiLU), then a dense output (zero-initialised if asked)."""
-  size: int
-  hidden: int
-  layers: int
-  zero_init: bool = False
-
-  @nn.compact
-  def __call__(self, x):
-    for _ in range(self.layers):
-      x = jax.nn.silu(nn.LayerNorm()(nn.Dense(self.hidden, use_bias=False)(x)))
-    init = nn.initializers.zeros if self.zero_init else nn.initializers.lecun_normal()
-    return nn.Dense(self.size, kernel_init=init)(x)
-
-
 @flax.struct.dataclass
 class Replay:
   """Real transitions of `E` environments, a ring buffer of `C` rows (`world_models.Sequences`
@@ -315,8 +300,8 @@ def make_learner(config: DreamerConfig, env: envs.Environment | None = None, *,
   num_actions = env.action_spec().num_values
   model = world_models.WorldModel(config.world_model, obs_size=obs_size, num_actions=num_actions)
   feature_size = config.world_model.feature_size
-  actor = _MLPHead(num_actions, config.hidden_size, config.mlp_layers)
-  critic = _MLPHead(config.world_model.num_bins, config.hidden_size, config.mlp_layers,
+  actor = world_models.MLPHead(num_actions, config.hidden_size, config.mlp_layers)
+  critic = world_models.MLPHead(config.world_model.num_bins, config.hidden_size, config.mlp_layers,
                     zero_init=True)
   bins = world_models.symlog_bins(config.world_model.num_bins)
   # One env with auto-reset and episode statistics, vmapped here so that each environment's

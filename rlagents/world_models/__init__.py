@@ -24,6 +24,7 @@ from rlagents.world_models._functions import twohot_loss
 from rlagents.world_models._functions import twohot_mean
 from rlagents.world_models._functions import unimix_logits
 from rlagents.world_models._functions import update_return_scale
+from rlagents.world_models._rssm import MLPHead
 from rlagents.world_models._rssm import RSSMNetworks
 from rlagents.world_models._rssm import RSSMState
 from rlagents.world_models._rssm import Sequences
@@ -33,6 +34,7 @@ from rlagents.world_models._simulator import WorldModelEnv
 from rlagents.world_models._simulator import WorldModelEnvState
 
 __all__ = [
+    "MLPHead",
     "RSSMNetworks",
     "RSSMState",
     "ReturnScale",

@@ -137,8 +137,16 @@ class _Block(nn.Module):
     return jax.nn.silu(nn.LayerNorm()(nn.Dense(self.size, use_bias=False)(x)))
 
 
-class _Head(nn.Module):
-  """`layers` blocks then a dense output; `zero_init` starts the output at zero."""
+class MLPHead(nn.Module):
+  """`layers` x (Dense, LayerNorm, SiLU), then a dense output; `zero_init` starts the output
+  at zero (DreamerV3's reward and critic heads).
+
+  Attributes:
+    size: output features.
+    hidden: width of each block.
+    layers: blocks before the output.
+    zero_init: zero-initialise the output layer.
+  """
   size: int
   hidden: int
   layers: int
@@ -172,12 +180,12 @@ class RSSMNetworks(nn.Module):
     self.encoder = [_Block(c.hidden_size) for _ in range(c.mlp_layers)]
     self.transition_in = _Block(c.hidden_size)
     self.gru = nn.GRUCell(features=c.deter_size)
-    self.prior_net = _Head(latent_size, c.hidden_size, 1)
-    self.posterior_net = _Head(latent_size, c.hidden_size, 1)
-    self.decoder = _Head(self.obs_size, c.hidden_size, c.mlp_layers)
+    self.prior_net = MLPHead(latent_size, c.hidden_size, 1)
+    self.posterior_net = MLPHead(latent_size, c.hidden_size, 1)
+    self.decoder = MLPHead(self.obs_size, c.hidden_size, c.mlp_layers)
     reward_size = c.num_bins if c.symlog_twohot else 1
-    self.reward_head = _Head(reward_size, c.hidden_size, c.mlp_layers, zero_init=True)
-    self.continue_head = _Head(1, c.hidden_size, c.mlp_layers)
+    self.reward_head = MLPHead(reward_size, c.hidden_size, c.mlp_layers, zero_init=True)
+    self.continue_head = MLPHead(1, c.hidden_size, c.mlp_layers)
 
   def _latent_logits(self, flat):
     c = self.config
