@@ -1,8 +1,8 @@
 """What the phases of one run share: the policy, its samplers, the task suite, the device mesh.
 
 Host code. A `Job` is built once per run from the config and the workdir; phases read it and
-never change it, except through the few methods that say so (`score`'s learned term and the
-run's `stats`).
+never change it. What changes during a run is set by the job and its loop only: `outputs`,
+`learned_scorer` (the reward model), `running` (its statistics) and `drift_monitor`.
 """
 
 import dataclasses
@@ -14,9 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.experimental import multihost_utils
 import tensorflow_datasets as tfds
 from flax.training import train_state
+from jax.experimental import multihost_utils
 
 from rlagents import episodes as episodes_lib
 from rlagents import learners
