@@ -16,11 +16,10 @@ the resetting), and reports the 10,000-step time limit as `info["truncated"]`;
 import dataclasses
 from typing import Any
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 
 from rlagents.envs import _api
+from rlagents.envs._gymnax import _bind_spaces
 
 MAX_RETURN = 22.0  # one reward per achievement of Craftax-Classic
 
@@ -37,18 +36,8 @@ class CraftaxEnv(_api.Environment):
   params: Any = None
 
   def __post_init__(self):
-    if self.params is None:
-      object.__setattr__(self, "params", self.env.default_params)
-    with jax.ensure_compile_time_eval():
-      actions = self.env.action_space(self.params)
-      observations = self.env.observation_space(self.params)
-      if len(observations.shape) != 1:
-        raise ValueError(f"CraftaxEnv supports the symbolic (flat) observations; this one has "
-                         f"shape {observations.shape}. Use a '-Symbolic-' environment.")
-      object.__setattr__(self, "_action_spec", _api.DiscreteSpec(int(actions.n)))
-      object.__setattr__(self, "_observation_spec", _api.BoxSpec(
-          shape=tuple(observations.shape), low=np.asarray(observations.low),
-          high=np.asarray(observations.high), dtype=jnp.float32))
+    _bind_spaces(self, "CraftaxEnv (use a '-Symbolic-' environment)",
+                observation_dtype=jnp.float32, flat=True)
 
   @classmethod
   def from_name(cls, name: str, **kwargs) -> "CraftaxEnv":

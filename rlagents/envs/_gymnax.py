@@ -16,6 +16,36 @@ import numpy as np
 from rlagents.envs import _api
 
 
+def _bind_spaces(adapter, name: str, *, observation_dtype=None, flat: bool = False) -> None:
+  """Sets `adapter.params` (default: its env's) and its action and observation specs from a
+  gymnax-style env's spaces (gymnax, craftax), read once outside any trace.
+
+  Args:
+    adapter: a frozen dataclass with `env` and `params` fields.
+    name: the adapter's name, for errors.
+    observation_dtype: the observations' dtype after the adapter's cast (default: the space's).
+    flat: only 1-D observations are supported.
+
+  Raises:
+    ValueError: a non-discrete action space, or (with `flat`) a non-flat observation space.
+  """
+  if adapter.params is None:
+    object.__setattr__(adapter, "params", adapter.env.default_params)
+  with jax.ensure_compile_time_eval():
+    actions = adapter.env.action_space(adapter.params)
+    observations = adapter.env.observation_space(adapter.params)
+    if not hasattr(actions, "n"):
+      raise ValueError(f"{name} supports discrete action spaces only, got {actions!r}")
+    if flat and len(observations.shape) != 1:
+      raise ValueError(f"{name} supports flat observations; this one has shape "
+                       f"{observations.shape}")
+    object.__setattr__(adapter, "_action_spec", _api.DiscreteSpec(int(actions.n)))
+    object.__setattr__(adapter, "_observation_spec", _api.BoxSpec(
+        shape=tuple(observations.shape), low=np.asarray(observations.low),
+        high=np.asarray(observations.high),
+        dtype=jnp.dtype(observation_dtype or observations.dtype)))
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class GymnaxEnv(_api.Environment):
   """Wraps `env` (a gymnax `Environment`) and its `params` (default params when None).
@@ -32,18 +62,7 @@ class GymnaxEnv(_api.Environment):
   params: Any = None
 
   def __post_init__(self):
-    if self.params is None:
-      object.__setattr__(self, "params", self.env.default_params)
-    # gymnax builds its spaces from jnp arrays; read them once, outside any trace.
-    with jax.ensure_compile_time_eval():
-      actions = self.env.action_space(self.params)
-      observations = self.env.observation_space(self.params)
-      if not hasattr(actions, "n"):
-        raise ValueError(f"GymnaxEnv supports discrete action spaces only, got {actions!r}")
-      object.__setattr__(self, "_action_spec", _api.DiscreteSpec(int(actions.n)))
-      object.__setattr__(self, "_observation_spec", _api.BoxSpec(
-          shape=tuple(observations.shape), low=np.asarray(observations.low),
-          high=np.asarray(observations.high), dtype=jnp.dtype(observations.dtype)))
+    _bind_spaces(self, "GymnaxEnv")
 
   @classmethod
   def from_name(cls, name: str, **kwargs) -> "GymnaxEnv":
