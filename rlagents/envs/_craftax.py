@@ -14,29 +14,27 @@ the resetting), and reports the 10,000-step time limit as `info["truncated"]`;
 """
 
 import dataclasses
-from typing import Any
 
 import jax.numpy as jnp
 
 from rlagents.envs import _api
-from rlagents.envs._gymnax import _bind_spaces
+from rlagents.envs import _gymnax
 
 MAX_RETURN = 22.0  # one reward per achievement of Craftax-Classic
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class CraftaxEnv(_api.Environment):
-  """Wraps a craftax environment without auto-reset and its `params`.
+class CraftaxEnv(_gymnax.GymnaxEnv):
+  """Wraps a craftax environment without auto-reset and its `params` (craftax follows gymnax's
+  API; its specs come from the gymnax adapter, its reset and step are its own).
 
   Args:
     env: e.g. `craftax.craftax_env.make_craftax_env_from_name(name, auto_reset=False)`.
     params: its `EnvParams`; None uses `env.default_params`.
   """
-  env: Any
-  params: Any = None
 
   def __post_init__(self):
-    _bind_spaces(self, "CraftaxEnv (use a '-Symbolic-' environment)",
+    _gymnax._bind_spaces(self, "CraftaxEnv (use a '-Symbolic-' environment)",
                 observation_dtype=jnp.float32, flat=True)
 
   @classmethod
@@ -55,12 +53,6 @@ class CraftaxEnv(_api.Environment):
     env = craftax_env.make_craftax_env_from_name(name, auto_reset=False)
     params = env.default_params.replace(**kwargs) if kwargs else env.default_params
     return cls(env, params)
-
-  def observation_spec(self) -> _api.BoxSpec:
-    return self._observation_spec
-
-  def action_spec(self) -> _api.DiscreteSpec:
-    return self._action_spec
 
   def reset(self, key):
     obs, state = self.env.reset_env(key, self.params)
