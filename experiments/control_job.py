@@ -92,12 +92,28 @@ def _nanmean(values, axis=None):
   return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
-def _resolve_devices(requested: int) -> int:
+def _fits(learner_config, n: int) -> bool:
+  """Whether `learner_config`'s batch splits evenly over `n` devices."""
+  if learner_config.num_envs % n:
+    return False
+  minibatches = getattr(learner_config, "num_minibatches", 1)
+  batch = getattr(learner_config, "batch_size", learner_config.num_envs)
+  return (batch // n) % minibatches == 0
+
+
+def _resolve_devices(requested: int, learner_config) -> int:
+  """`requested` local devices, or (0) the most of them the batch splits evenly over."""
   available = jax.local_device_count()
   if requested < 0 or requested > available:
     raise ValueError(f"num_devices = {requested}, but {available} local device(s) are present "
                      f"(0 takes all; on CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N)")
-  return requested or available
+  if requested:
+    return requested
+  chosen = next(n for n in range(available, 0, -1) if _fits(learner_config, n))
+  if chosen < available:
+    print(f"num_devices = 0: {chosen} of the {available} local devices, the most that "
+          f"num_envs = {learner_config.num_envs} splits evenly over", flush=True)
+  return chosen
 
 
 def _comparison_rows(compare_with: str) -> list[dict[str, Any]]:
@@ -130,7 +146,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   env = envs.make(config.env.name, **config.env.kwargs)
   learner_config = make_learner_config(config)
   num_iterations, steps_per_iteration = _iterations(learner_config)
-  num_devices = _resolve_devices(config.num_devices)
+  num_devices = _resolve_devices(config.num_devices, learner_config)
   comparison = _comparison_rows(config.compare_with) if config.compare_with else None
   init, run_chunk = make_device_program(config, env, learner_config, num_devices)
   with open(os.path.join(workdir, "config.json"), "w") as f:

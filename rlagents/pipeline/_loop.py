@@ -122,7 +122,9 @@ def run_phase(job: job_lib.Job, phase: _base.Phase, start: _checkpoints.PhaseSta
   context = phase.prepare(job, state, reference)
   state = job.place_state(state)
   every = config.eval.every_steps if phase.periodic_eval else 0
-  rewards_since_eval: list[float] = []
+  # Saved with each checkpoint: a resume between two evaluation points feeds the drift monitor
+  # the same mean as a straight run.
+  rewards_since_eval: list[float] = list(start.metadata.get("rewards_since_eval", []))
   bar = tqdm.trange(start.step, num_steps, desc=phase.name.upper(), initial=start.step,
                     total=num_steps, dynamic_ncols=True)
   clock = time.time() - stats.phase_seconds
@@ -163,7 +165,8 @@ def run_phase(job: job_lib.Job, phase: _base.Phase, start: _checkpoints.PhaseSta
       if phase.online:
         extra = {"sampled_tokens": stats.sampled_tokens, "phase_seconds": stats.phase_seconds,
                  "denied_calls": stats.denied_calls, "running": job.running.state(),
-                 "drift": job.drift_monitor.state()}
+                 "drift": job.drift_monitor.state(),
+                 "rewards_since_eval": [float(r) for r in rewards_since_eval]}
       checkpointer.save(done, _checkpoints.state_tree(state, key, job.lora is not None),
                         _checkpoints.metadata(phase=phase.directory, phase_id=phase.phase_id,
                                               step=done, seed=config.seed, **extra))

@@ -131,7 +131,8 @@ def test_a_user_task_trains_from_the_command_line(tmp_path):
              "--config=experiments/configs/calculator.py:smoke",
              "--config.task=letter_task:suite", "--config.sft.num_demonstrations=600",
              "--config.sft.num_steps=200", "--config.grpo.num_steps=8",
-             "--config.eval.every_steps=4", "--config.checkpoint_every=4"]
+             "--config.eval.every_steps=4", "--config.checkpoint_every=4",
+             "--config.proxy_drift.window=2"]
   run = lambda: subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
                                timeout=1200)
   result = run()
