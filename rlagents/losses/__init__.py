@@ -19,6 +19,8 @@ from rlagents.losses._kl import kl_loss
 from rlagents.losses._kl import kl_penalty_in_reward
 from rlagents.losses._policy import entropy_from_logits
 from rlagents.losses._policy import policy_gradient_loss
+from rlagents.losses._off_policy import importance_weights
+from rlagents.losses._off_policy import OFF_POLICY_CORRECTIONS
 from rlagents.losses._preference import bradley_terry_loss
 from rlagents.losses._preference import DPO_VARIANTS
 from rlagents.losses._preference import dpo_loss
@@ -39,6 +41,7 @@ __all__ = [
     "AGGREGATIONS",
     "DPO_VARIANTS",
     "KL_ESTIMATORS",
+    "OFF_POLICY_CORRECTIONS",
     "POLICY_LOSSES",
     "aggregate_loss",
     "bradley_terry_loss",
@@ -52,6 +55,7 @@ __all__ = [
     "get_kl_estimator",
     "get_policy_loss",
     "group_relative_advantages",
+    "importance_weights",
     "kl_divergence",
     "kl_loss",
     "kl_penalty_in_reward",

@@ -23,6 +23,7 @@ def policy_gradient_loss(
     dual_clip: float | None = None,
     aggregation: str = "token_mean",
     max_len: float | None = None,
+    importance_weights: ArrayLike | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
   """Clipped-surrogate policy loss, token-level (PPO) or sequence-level (GSPO).
 
@@ -41,7 +42,9 @@ def policy_gradient_loss(
       l_it = -min(rho_it A_it, clip(rho_it, 1 - clip_low, 1 + clip_high) A_it)
       with dual_clip = c > 1 and A_it < 0:  l_it = min(l_it, -c A_it)
 
-      loss = aggregate(l, loss_mask, aggregation)     (see `aggregate_loss`)
+      loss = aggregate(w * l, loss_mask, aggregation)     (see `aggregate_loss`)
+
+  with w the off-policy `importance_weights` (1 without them; see `importance_weights`).
 
   GSPO's sequence objective, (1/B) sum_i min(s_i A_i, clip(s_i) A_i), is 'gspo' with
   aggregation='seq_mean_token_mean'; the paper clips tightly (clip_low=3e-4, clip_high=4e-4).
@@ -60,6 +63,8 @@ def policy_gradient_loss(
     dual_clip: None, or c > 1 bounding the loss of negative-advantage tokens by -c A (3.0 is usual).
     aggregation: 'token_mean', 'seq_mean_token_mean' or 'seq_sum_max_len'.
     max_len: constant normalizer for aggregation='seq_sum_max_len'.
+    importance_weights: None, or `[B, T]` per-token weights of the loss (e.g. truncated
+      importance weights pi_old / mu from `importance_weights`); their gradient is stopped.
 
   Returns:
     (loss, metrics): the scalar loss and a dict of scalars, each a token mean over `loss_mask`:
@@ -106,6 +111,11 @@ def policy_gradient_loss(
   else:
     dual_clipped = (advantages < 0) & (dual_clip * advantages > objective)
     objective = jnp.where(dual_clipped, dual_clip * advantages, objective)
+  if importance_weights is not None:
+    importance_weights = _validation.as_float(importance_weights, "importance_weights")
+    _validation.check_shape(importance_weights, logp.shape, "importance_weights", "logp")
+    objective = objective * _validation.where_masked(
+        lax.stop_gradient(importance_weights), weights)
   loss = _aggregation.aggregate_loss(-objective, weights, aggregation=aggregation, max_len=max_len)
 
   def token_mean(x):
