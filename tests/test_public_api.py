@@ -27,7 +27,6 @@ _INTERNAL = {
         # building blocks of the exported estimators and aggregations
         "grouped_rewards", "masked_token_mean"},
     "rlagents.learners": {
-        "forward_logprobs",  # the learners' shared forward pass
         # the data-parallel mean the SFT and GRPO updates apply to gradients and metrics
         "reduce_across",
         # preference-file writing and batching shared with the RLHF pipeline and the

@@ -13,6 +13,7 @@ from rlagents.learners._preference_data import verified_feedback
 from rlagents.learners._preference_data import verified_preferences
 from rlagents.learners._preference_data import write_jsonl
 from rlagents.learners._state import create_train_state
+from rlagents.learners._state import forward_logprobs
 from rlagents.learners._state import make_optimizer
 from rlagents.learners._state import OptimizerConfig
 from rlagents.learners.alphazero import AlphaZeroConfig
@@ -49,6 +50,7 @@ __all__ = [
     "RewardModelConfig",
     "SFTConfig",
     "create_train_state",
+    "forward_logprobs",
     "encode_feedback",
     "encode_pairs",
     "feedback_records",

@@ -74,7 +74,16 @@ def create_train_state(model, params, config: OptimizerConfig) -> train_state.Tr
 
 
 def forward_logprobs(apply_fn, params, tokens: jax.Array) -> jax.Array:
-  """`[B, T]` log-probability of each token given those before it (0 at position 0)."""
+  """`[B, T]` log-probability of each token given those before it (0 at position 0).
+
+  The learner's view of a batch: one causal forward pass over whole episodes. The sampler's
+  recorded log-probs equal it for the same weights (`tests/learners/test_logprob_exactness.py`).
+
+  Args:
+    apply_fn: the model's apply, `apply_fn(params, tokens, positions) -> (logits, ...)`.
+    params: the model's parameters.
+    tokens: `[B, T]` int32 token ids.
+  """
   positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
   logits, _ = apply_fn(params, tokens, positions)
   return token_logprobs(logits, tokens)

@@ -44,6 +44,11 @@ class GRPOConfig:
     advantage_epsilon: added to the group std.
     microbatch_size: episodes per length-sorted micro-batch in the job's update (0: the whole
       batch at once); the update is the same, only faster when lengths vary.
+    off_policy_correction: 'none', 'token_tis' or 'sequence_tis': how a batch sampled by an
+      older policy (asynchronous training, `batch['behaviour_logprobs']`) is reweighted towards
+      the learner's old policy (`losses.importance_weights`); used only when the batch holds
+      behaviour log-probs.
+    tis_cap: the truncation C of the importance weights.
     optimizer: optimizer settings.
   """
   num_steps: int = 200
@@ -59,6 +64,8 @@ class GRPOConfig:
   clip_high: float = 0.2
   advantage_epsilon: float = 1e-6
   microbatch_size: int = 32
+  off_policy_correction: str = "token_tis"
+  tis_cap: float = 2.0
   optimizer: _state.OptimizerConfig = _state.OptimizerConfig(learning_rate=2e-4, warmup_steps=10)
 
   def __post_init__(self):
@@ -81,6 +88,11 @@ class GRPOConfig:
     losses.get_policy_loss(self.policy_loss)
     losses.get_kl_estimator(self.kl_estimator)
     losses.get_aggregation(self.aggregation)
+    if self.off_policy_correction not in losses.OFF_POLICY_CORRECTIONS:
+      raise ValueError(f"GRPOConfig.off_policy_correction = {self.off_policy_correction!r}; "
+                       f"choose one of {losses.OFF_POLICY_CORRECTIONS}")
+    if self.tis_cap <= 0:
+      raise ValueError(f"GRPOConfig.tis_cap must be > 0, got {self.tis_cap}")
 
 
 def grpo_loss(params, apply_fn, ref_params, batch, *, config: GRPOConfig, max_len: int):
@@ -92,12 +104,21 @@ def grpo_loss(params, apply_fn, ref_params, batch, *, config: GRPOConfig, max_le
     params: the policy's parameters (differentiated).
     apply_fn: the model's apply function.
     ref_params: the KL reference's parameters (unused when `config.kl_beta` is 0).
-    batch: `tokens` [N, T] int32, `loss_mask` [N, T], `old_logprobs` [N, T], `advantages` [N].
+    batch: `tokens` [N, T] int32, `loss_mask` [N, T], `old_logprobs` [N, T], `advantages` [N];
+      optionally `behaviour_logprobs` [N, T], the sampler's when it was an older policy than
+      the one `old_logprobs` were computed with (`config.off_policy_correction` then applies).
     config: the GRPO settings.
     max_len: see above.
   """
   tokens, mask = batch["tokens"], batch["loss_mask"]
   logp = _state.forward_logprobs(apply_fn, params, tokens)
+  off_policy = {}
+  if "behaviour_logprobs" in batch:
+    weights, off_policy = losses.importance_weights(
+        batch["old_logprobs"], batch["behaviour_logprobs"], mask,
+        correction=config.off_policy_correction, cap=config.tis_cap)
+  else:
+    weights = None
   if config.kl_beta:
     ref_logp = jax.lax.stop_gradient(_state.forward_logprobs(apply_fn, ref_params, tokens))
   else:
@@ -105,7 +126,8 @@ def grpo_loss(params, apply_fn, ref_params, batch, *, config: GRPOConfig, max_le
   pg_loss, metrics = losses.policy_gradient_loss(
       logp, batch["old_logprobs"], batch["advantages"], mask, variant=config.policy_loss,
       clip_low=config.clip_low, clip_high=config.clip_high, aggregation=config.aggregation,
-      max_len=max_len)
+      max_len=max_len, importance_weights=weights)
+  metrics = {**metrics, **off_policy}
   kl = losses.aggregate_loss(
       losses.kl_divergence(logp, ref_logp, estimator=config.kl_estimator), mask,
       aggregation=config.aggregation, max_len=max_len)
@@ -288,6 +310,8 @@ class MicrobatchedGRPOStep:
           "old_logprobs": batch["old_logprobs"][rows, :used],
           "advantages": advantages[rows],
       }
+      if "behaviour_logprobs" in batch:
+        micro["behaviour_logprobs"] = batch["behaviour_logprobs"][rows, :used]
       g, m = self._grads(state.params, state.apply_fn, ref_params, self.place_batch(micro),
                          weight, full_length)
       grads = g if grads is None else self._add(grads, g)
