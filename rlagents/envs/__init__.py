@@ -10,7 +10,8 @@ reward). `GymnaxEnv` adapts gymnax environments (`make('gymnax/CartPole-v1')`; n
 imported only then). Turn-based games (`TurnBasedEnvironment`, `Turn`): pgx's Connect Four,
 Othello, Go 9x9 through `make_game`, `play_games` between two policies, and a jitted minimax
 opponent for Connect Four (`make_minimax_policy`). `CalculatorTextEnv` is the calculator tool-use task as a text environment
-whose tool runs inside `jit` (see `rollout.make_jit_rollout`).
+whose tool runs inside `jit` (see `rollout.make_jit_rollout`); `KeyDoorTextEnv` is the long-horizon
+key-door world on token ids; both are `TextEnvironment`s, the interface every jitted rollout takes.
 """
 
 from rlagents.envs._api import BoxSpec
@@ -28,6 +29,9 @@ from rlagents.envs._connect_four_minimax import make_minimax_policy
 from rlagents.envs._connect_four_minimax import minimax_values
 from rlagents.envs._craftax import CraftaxEnv
 from rlagents.envs._gymnax import GymnaxEnv
+from rlagents.envs._keydoor_text import KeyDoorEpisode
+from rlagents.envs._keydoor_text import KeyDoorTextEnv
+from rlagents.envs._keydoor_text import Transition as KeyDoorTransition
 from rlagents.envs._maze import KeyDoorMaze
 from rlagents.envs._maze import KeyDoorMazeState
 from rlagents.envs._maze import ProceduralKeyDoorMaze
@@ -38,6 +42,8 @@ from rlagents.envs._pgx import PgxGame
 from rlagents.envs._pgx import render_connect_four
 from rlagents.envs._registry import ENVIRONMENTS
 from rlagents.envs._registry import make
+from rlagents.envs._text_env import compose_reward as compose_text_reward
+from rlagents.envs._text_env import TextEnvironment
 from rlagents.envs._turn_based import check_turn_based_environment
 from rlagents.envs._turn_based import MatchResult
 from rlagents.envs._turn_based import play_games
@@ -69,7 +75,10 @@ __all__ = [
     "CraftaxEnv",
     "GymnaxEnv",
     "InvalidEnvironmentError",
+    "KeyDoorEpisode",
     "KeyDoorMaze",
+    "KeyDoorTextEnv",
+    "KeyDoorTransition",
     "KeyDoorMazeState",
     "ProceduralKeyDoorMaze",
     "ProceduralMazeState",
@@ -77,12 +86,14 @@ __all__ = [
     "PgxGame",
     "Policy",
     "Segment",
+    "TextEnvironment",
     "TextEpisode",
     "Turn",
     "TurnBasedEnvironment",
     "VmapEnv",
     "Wrapper",
     "check_action",
+    "compose_text_reward",
     "check_environment",
     "check_turn_based_environment",
     "make",

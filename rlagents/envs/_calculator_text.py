@@ -30,6 +30,7 @@ import numpy as np
 
 from rlagents import episodes as episodes_lib
 from rlagents import tools as tools_lib
+from rlagents.envs import _text_env
 
 # The calculator's status codes are indexes into `tools.CALL_STATUSES`.
 _CALL_OK = tools_lib.CALL_STATUSES.index(tools_lib.CallStatus.OK)
@@ -186,17 +187,12 @@ class CalculatorTextEnv:
 
   def _window(self, tokens, start, end):
     """`tokens[start:end]` as a `[W]` window padded with 0, and its length."""
-    w = self.max_segment_tokens
-    index = start + jnp.arange(w)
-    window = jnp.where(index < end, tokens[jnp.clip(index, 0, self.max_length - 1)], 0)
-    return window, jnp.clip(end - start, 0, w)
+    return _text_env.window(tokens, start, end, self.max_segment_tokens, self.max_length)
 
   def _after_last(self, tokens, marker, start, end):
     """The text of `tokens[start:end]` after its last `marker` token (all of it if none)."""
-    index = jnp.arange(self.max_length)
-    is_marker = (tokens == marker) & (index >= start) & (index < end)
-    last = jnp.max(jnp.where(is_marker, index, start - 1))
-    return self._window(tokens, last + 1, end)
+    return _text_env.after_last(tokens, marker, start, end, self.max_segment_tokens,
+                                self.max_length)
 
   def _verifies(self, window, length, task):
     """`tasks.calculator.is_correct`: `-?[0-9]{1,32}` after strip(), equal to the answer."""

@@ -31,10 +31,10 @@ from rlagents.learners import sft
 
 
 def make_jit_grpo_step(
-    model: Any, env: envs.CalculatorTextEnv, rollout_config: rollout_lib.RolloutConfig,
+    model: Any, env: envs.TextEnvironment, rollout_config: rollout_lib.RolloutConfig,
     grpo_config: grpo.GRPOConfig, reward_config: rewards.RewardConfig, *,
     mesh: jax.sharding.Mesh | None = None,
-) -> Callable[..., tuple[Any, dict[str, jax.Array], envs.TextEpisode]]:
+) -> Callable[..., tuple[Any, dict[str, jax.Array], Any]]:
   """`step(state, ref_params, prompt_ids [P], key) -> (state, metrics, episodes [P * G])`, jitted.
 
   Each prompt id (an index into `env`'s tasks) is repeated `grpo_config.group_size` times, so
@@ -50,8 +50,9 @@ def make_jit_grpo_step(
   Args:
     model: the policy, a Flax `Transformer` (its `apply` samples the episodes; `state.apply_fn`
       must be the same module's).
-    env: the JAX-native text environment whose tasks `prompt_ids` index and whose reward terms
-      score the episodes.
+    env: the JAX-native text environment (`envs.TextEnvironment`) whose tasks `prompt_ids` index
+      and whose reward terms score the episodes (weighted by its own `compose_reward` when it
+      has one, else by `reward_config`).
     rollout_config: the sampling settings (episode length, tool calls, sampling temperature).
     grpo_config: the GRPO settings; `prompts_per_step` is P and `group_size` is G.
     reward_config: the weights of the reward terms, as `rewards.compose_reward` takes them.
@@ -78,7 +79,8 @@ def make_jit_grpo_step(
       task_ids = jax.lax.with_sharding_constraint(task_ids, rows)
     episodes = rollout(state.params, task_ids, key)
     terms = jax.vmap(env.reward_terms)(episodes)
-    reward = rewards.compose_reward(terms, reward_config)
+    reward = envs.compose_text_reward(
+        env, terms, lambda t: rewards.compose_reward(t, reward_config))
     batch = {"tokens": episodes.tokens, "loss_mask": episodes.loss_mask,
              "old_logprobs": episodes.logprobs, "rewards": reward}
     metrics = {}

@@ -26,11 +26,13 @@ from rlagents.rollout import RolloutConfig
 from rlagents.tasks import CalculatorSuiteConfig
 from rlagents.tasks.calculator_expert import NoisyExpertConfig
 from rlagents.tasks.codefix import CodeFixSuiteConfig
+from rlagents.tasks.keydoor import KeyDoorSuiteConfig
 from rlagents.tasks.retrieval import RetrievalSuiteConfig
 from rlagents.tasks.retrieval_expert import RetrievalExpertConfig
 from rlagents.tasks.scripted_policies import POLICIES
 
 ROLLOUT_MODES = ("host", "jit")
+RL_MODES = ("sync", "async")
 
 
 class ConfigError(ValueError):
@@ -123,6 +125,33 @@ def _default_model() -> TransformerConfig:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class RLLoopConfig:
+  """How an online RL phase (GRPO on host rollouts) schedules sampling and updates.
+
+  Attributes:
+    mode: 'sync' samples a batch, updates on it, samples the next with the new weights.
+      'async' samples in a background thread with the newest weights it has (read at every
+      turn, so an episode may continue across an update) while the learner updates on the
+      batches it has: sampling, tool calls and updates overlap. The loss reweights the stale
+      part by `grpo.off_policy_correction` (truncated importance sampling).
+    max_staleness: in 'async', a batch whose oldest token was sampled more than this many
+      updates before the learner's weights is dropped and counted (`async/dropped_batches`).
+    queue_size: batches the sampler may have ready ahead of the learner (0: `max_staleness`).
+  """
+  mode: str = "sync"
+  max_staleness: int = 1
+  queue_size: int = 0
+
+  def __post_init__(self):
+    if self.mode not in RL_MODES:
+      raise ValueError(f"rl.mode must be one of {', '.join(RL_MODES)}, got {self.mode!r}")
+    if self.max_staleness < 0:
+      raise ValueError(f"rl.max_staleness must be >= 0, got {self.max_staleness}")
+    if self.queue_size < 0:
+      raise ValueError(f"rl.queue_size must be >= 0, got {self.queue_size}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class AgentJobConfig:
   """The main job: SFT on a noisy expert's demonstrations, then GRPO, then evaluation.
 
@@ -165,6 +194,7 @@ class AgentJobConfig:
     retrieval: the retrieval QA suite.
     retrieval_expert: the error rates of the retrieval suite's scripted demonstrator.
     codefix: the code-fix suite.
+    keydoor: the key-door text world (`task='keydoor'`): sizes, expert noise, reward weights.
     suite_reward: penalty weights of the retrieval and code-fix rewards.
     scripted_policy: '' to train a policy (calculator, retrieval), or a scripted policy
       (`scripted_policies.POLICIES`) to play on the retrieval or code-fix suite instead; the
@@ -185,6 +215,7 @@ class AgentJobConfig:
     mesh: the devices the update steps run on (`parallel.MeshConfig`): by default every device
       of every process on the `data` axis; `fsdp > 1` also splits large parameters and their
       optimizer state. Rollouts sample on each process's first device.
+    rl: sync or async scheduling of the online RL phase (`RLLoopConfig`).
     sandbox_isolation: how suites that run untrusted code isolate it (`sandbox.SandboxLimits`):
       "kernel" (namespaces, read-only root, unprivileged user, seccomp and cgroup where the
       machine allows; a run that cannot apply them raises `SandboxUnavailable`), or "hook",
@@ -195,6 +226,7 @@ class AgentJobConfig:
   retrieval: RetrievalSuiteConfig = RetrievalSuiteConfig()
   retrieval_expert: RetrievalExpertConfig = RetrievalExpertConfig()
   codefix: CodeFixSuiteConfig = CodeFixSuiteConfig()
+  keydoor: KeyDoorSuiteConfig = KeyDoorSuiteConfig()
   suite_reward: SuiteRewardConfig = SuiteRewardConfig()
   scripted_policy: str = ""
   model: TransformerConfig = dataclasses.field(default_factory=_default_model)
@@ -222,6 +254,7 @@ class AgentJobConfig:
   proxy_drift: ProxyDriftConfig = ProxyDriftConfig()
   mesh: MeshConfig = MeshConfig()
   sandbox_isolation: str = "kernel"
+  rl: RLLoopConfig = RLLoopConfig()
 
   def __post_init__(self):
     # Checks of one field or of fields that always go together; what depends on the registered

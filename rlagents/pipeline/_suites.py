@@ -1,4 +1,4 @@
-"""The built-in task suites (calculator, retrieval, code-fix) as registry entries, their replay
+"""The built-in task suites (calculator, retrieval, code-fix, key-door) as registry entries, their replay
 recipes, and scripted play.
 
 Each factory reads what it needs of the job's config and returns a `tasks.TaskSuite`; the tools
@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from rlagents import envs
 from rlagents import evaluation
 from rlagents import guardrails
 from rlagents import rewards
@@ -22,6 +23,7 @@ from rlagents import sandbox
 from rlagents import tasks as tasks_lib
 from rlagents import tools as tools_lib
 from rlagents.tasks import calculator_expert
+from rlagents.tasks import keydoor
 from rlagents.tasks import retrieval_expert
 from rlagents.tasks import scripted_policies
 from rlagents.tasks import suites_tfds
@@ -46,11 +48,18 @@ def calculator_suite(config, data_dir: str) -> tasks_lib.TaskSuite:
     return calculator_expert.run_expert_episodes(expert, tasks, toolbox=toolbox, rng=rng,
                                                  max_tool_calls=max_tool_calls)
 
+  def jax_env(tasks, tokenizer, rollout_config):
+    return envs.CalculatorTextEnv.from_tasks(
+        tasks, tokenizer, max_length=rollout_config.max_length,
+        max_tool_calls=rollout_config.max_tool_calls,
+        max_segment_tokens=rollout_config.max_segment_tokens,
+        failure_rate=config.tool_failure_rate)
+
   return tasks_lib.TaskSuite(
       name="calculator", splits=splits, eval_splits=eval_splits, toolbox_for=lambda t: toolbox,
       score=score, reward_terms=rewards.TERMS, expert=play_expert,
       detectors=("padding", "redundant_calls"),
-      task_from_record=lambda d: tasks_lib.CalculatorTask(**d))
+      task_from_record=lambda d: tasks_lib.CalculatorTask(**d), jax_env=jax_env)
 
 
 def retrieval_suite(config, data_dir: str) -> tasks_lib.TaskSuite:
@@ -105,11 +114,10 @@ def codefix_suite(config, data_dir: str) -> tasks_lib.TaskSuite:
       scripted_segment=scripted_policies.codefix_segment, sandboxed=True)
 
 
-tasks_lib.register_suite("calculator", calculator_suite)
+tasks_lib.register_suite("calculator", calculator_suite, jax_native=True)
 tasks_lib.register_suite("retrieval", retrieval_suite)
 tasks_lib.register_suite("codefix", codefix_suite)
-# Suites whose episodes can also run inside jit (`rollout_mode='jit'`).
-JIT_SUITES = ("calculator",)
+tasks_lib.register_suite("keydoor", keydoor.suite, jax_native=True)
 
 
 def replay_suite(suite: tasks_lib.TaskSuite, config) -> guardrails.ReplaySuite:

@@ -20,13 +20,13 @@ from rlagents import sampling
 from rlagents.rollout import _text
 
 
-def make_jit_rollout(model: Any, env: envs.CalculatorTextEnv,
-                     config: _text.RolloutConfig) -> Callable[..., envs.TextEpisode]:
-  """`rollout(params, task_ids [B], key) -> TextEpisode [B]`, pure and jittable.
+def make_jit_rollout(model: Any, env: envs.TextEnvironment,
+                     config: _text.RolloutConfig) -> Callable[..., Any]:
+  """`rollout(params, task_ids [B], key) -> episodes [B]`, pure and jittable.
 
   Args:
     model: the policy `Transformer`.
-    env: the environment; its `max_length`, `max_tool_calls` and `max_segment_tokens` must be
+    env: any `envs.TextEnvironment` (the calculator, the key-door world, a learned simulator); its `max_length`, `max_tool_calls` and `max_segment_tokens` must be
       `config`'s.
     config: the rollout settings (`batch_size` is not used: B is the number of task ids).
 
@@ -38,7 +38,7 @@ def make_jit_rollout(model: Any, env: envs.CalculatorTextEnv,
       raise ValueError(f"env.{name}={getattr(env, name)} differs from RolloutConfig.{name}="
                        f"{getattr(config, name)}")
 
-  def rollout(params, task_ids: jax.Array, key: jax.Array) -> envs.TextEpisode:
+  def rollout(params, task_ids: jax.Array, key: jax.Array):
     episodes = jax.vmap(env.reset)(task_ids)
     batch = task_ids.shape[0]
 

@@ -11,6 +11,7 @@ from rlagents.tasks.calculator import is_correct
 from rlagents.tasks.calculator import parse_answer
 from rlagents.tasks.calculator import SPLITS
 from rlagents.tasks._registry import EVAL_SPLIT_NAMES
+from rlagents.tasks._registry import is_jax_native
 from rlagents.tasks._registry import register_suite
 from rlagents.tasks._registry import registered_suites
 from rlagents.tasks._registry import suite_factory
@@ -22,6 +23,7 @@ __all__ = [
     "EVAL_SPLIT_NAMES",
     "SuiteError",
     "TaskSuite",
+    "is_jax_native",
     "register_suite",
     "registered_suites",
     "suite_factory",

@@ -66,6 +66,10 @@ class TaskSuite:
       by scripted policies (`config.scripted_policy`); None otherwise.
     sandboxed: its tools or its reward run untrusted code in `rlagents.sandbox`; the report
       then says which isolation mode ran (`sandbox.isolation_mode()`).
+    jax_env: `jax_env(tasks, tokenizer, rollout_config)` -> the same tasks as a JAX text
+      environment (`envs.TextEnvironment`) for `rollout_mode='jit'`; None when the suite has
+      none. Its factory then says so (`register_suite(..., jax_native=True)`, or a
+      `jax_native = True` attribute on a module-path factory) so configs are checked early.
   """
   name: str
   splits: Mapping[str, Sequence[Any]]
@@ -78,6 +82,7 @@ class TaskSuite:
   task_from_record: Callable[[Mapping[str, Any]], Any] | None = None
   scripted_segment: Callable[..., str] | None = None
   sandboxed: bool = False
+  jax_env: Callable[..., Any] | None = None
 
   def __post_init__(self):
     missing = [s for s in ("train",) + tuple(self.eval_splits) if s not in self.splits]
@@ -103,10 +108,14 @@ class TaskSuite:
 
 SuiteFactory = Callable[[Any, str], TaskSuite]
 _REGISTRY: dict[str, SuiteFactory] = {}
+_JAX_NATIVE: set[str] = set()
 
 
-def register_suite(name: str, factory: SuiteFactory) -> SuiteFactory:
+def register_suite(name: str, factory: SuiteFactory, *, jax_native: bool = False
+                   ) -> SuiteFactory:
   """Registers `factory(config, data_dir) -> TaskSuite` as `--config.task=name`.
+
+  `jax_native`: its suites have a `jax_env` (`rollout_mode='jit'` can run them).
 
   Raises:
     SuiteError: the name is taken by another factory, or holds ':' (module paths use it).
@@ -116,7 +125,18 @@ def register_suite(name: str, factory: SuiteFactory) -> SuiteFactory:
   if _REGISTRY.get(name, factory) is not factory:
     raise SuiteError(f"task suite {name!r} is already registered")
   _REGISTRY[name] = factory
+  if jax_native:
+    _JAX_NATIVE.add(name)
   return factory
+
+
+def is_jax_native(task: str) -> bool:
+  """Whether the suite `task` (a name or `module.path:attribute`) has a JAX environment.
+
+  Raises:
+    SuiteError: as `suite_factory`.
+  """
+  return task in _JAX_NATIVE or bool(getattr(suite_factory(task), "jax_native", False))
 
 
 def registered_suites() -> tuple[str, ...]:

@@ -1,32 +1,37 @@
 """GRPO with each step one compiled program (`rollout_mode='jit'`): rollouts, reward, update.
 
 The same prompts per step, reference, cadence and checkpoints as the host GRPO phase; the
-rollouts, reward and update run in `learners.make_jit_grpo_step` on the in-jit calculator
-(`envs.CalculatorTextEnv`, with the job's tool failure rate). After the step the episodes are
+rollouts, reward and update run in `learners.make_jit_grpo_step` on the suite's JAX text
+environment (`TaskSuite.jax_env`: the in-jit calculator with the job's tool failure rate, the
+key-door world, ...). After the step the episodes are
 replayed on the host through the suite's guarded tools (`rollout.decode_jit_episodes`), so they
 are scored, audited and drift-monitored like host episodes; a call whose host observation
 differs from the in-jit one is counted (`train/mismatched_calls`).
 """
 
-from rlagents import envs
 from rlagents import episodes as episodes_lib
 from rlagents import learners
 from rlagents import rollout as rollout_lib
+from rlagents import tasks
 from rlagents.pipeline import _job as job_lib
 from rlagents.pipeline.phases import _base
 
 
 class GRPOJit(_base.Phase):
-  """GRPO whose steps run whole in jit (`config.grpo`); the calculator suite only."""
+  """GRPO whose steps run whole in jit (`config.grpo`); suites with a JAX environment only."""
   name, checkpoint_name, phase_id, online = "grpo_jit", "grpo", 3, True
 
   def settings(self, config):
     return config.grpo
 
   def validate(self, config):
-    if config.task != "calculator":
-      return (f"rollout_mode='jit' needs a JAX-native environment, which only task='calculator' "
-              f"has; got task={config.task!r}")
+    try:
+      native = tasks.is_jax_native(config.task)
+    except tasks.SuiteError:
+      native = False  # the job reports the unknown suite itself
+    if not native:
+      return (f"rollout_mode='jit' needs a JAX-native environment, which task={config.task!r} "
+              "does not have (the calculator and keydoor suites do)")
     if config.init_from:
       return ("rollout_mode='jit' runs the in-jit calculator on the built-in character "
               f"tokenizer; init_from={config.init_from!r} brings another tokenizer")
@@ -43,11 +48,10 @@ class GRPOJit(_base.Phase):
 
   def prepare(self, job, state, reference):
     config = job.config
-    env = envs.CalculatorTextEnv.from_tasks(
-        job.suite.splits["train"], job.tokenizer, max_length=config.rollout.max_length,
-        max_tool_calls=config.rollout.max_tool_calls,
-        max_segment_tokens=config.rollout.max_segment_tokens,
-        failure_rate=config.tool_failure_rate)
+    if job.suite.jax_env is None:
+      raise job_lib.JobError(f"task suite {job.suite.name!r} gives no jax_env: "
+                             "rollout_mode='jit' cannot run it")
+    env = job.suite.jax_env(job.suite.splits["train"], job.tokenizer, config.rollout)
     step_fn = learners.make_jit_grpo_step(job.model, env, config.rollout, config.grpo,
                                           config.reward, mesh=job.mesh)
     return step_fn, job.place_state(reference)
