@@ -15,8 +15,8 @@ Run (one core, `taskset -c 1`; times measured on the 2-core dev CPU):
     python -m experiments.train_control --workdir=/tmp/dreamer_cartpole \
         --config=experiments/configs/control.py:dreamer
         CartPole-v1 with Dreamer (rlagents.learners.dreamer: an RSSM world model, actor and
-        critic trained in imagination; 4 envs x 4 steps per iteration, one update each, train
-        ratio 16), 8 seeds, 48k real steps; figures in docs/world_models.md.
+        critic trained in imagination; 4 envs x 4 steps per iteration, two updates each, train
+        ratio 32), 8 seeds, 65k real steps; figures in docs/world_models.md.
 
 Variants, comma-separated after the colon: 'cartpole' (default) or 'maze'; 'ppo' (default) or
 'dreamer'; plus 'smoke' (~15 s for PPO: 20 updates, 2 seeds; Dreamer: 2k steps, 2 seeds),
@@ -50,11 +50,16 @@ ALGORITHMS = ("ppo", "dreamer")
 OPTIONS = ("smoke",)
 
 
-# Dreamer on CartPole: 4 envs x 4 steps per iteration, one model + actor-critic update each
-# (train ratio 16: 16 sequences of 16 replayed per 16 real steps), a small RSSM.
+# Dreamer on CartPole: 4 envs x 4 steps per iteration, two model + actor-critic updates each
+# (train ratio 32: 2 x 16 sequences of 16 replayed per 16 real steps), imagination from every
+# second posterior state (half the actor-critic cost), a small RSSM without free bits, actor step
+# size 1e-4. Against one update, every state, free bits of 1 nat and 3e-4 (the earlier setting),
+# the rolling-10 return at 12,288 real steps went from 185 [179, 228] to 428 [389, 446] (median
+# [min, max] of 3 seeds; docs/world_models.md).
 CARTPOLE_DREAMER = dict(
-    total_timesteps=49_152, num_envs=4, collect_steps=4, batch_size=16, seq_len=16,
-    hidden_size=64, world_model=dict(deter_size=64, hidden_size=64))
+    total_timesteps=65_536, num_envs=4, collect_steps=4, batch_size=16, seq_len=16,
+    updates_per_collect=2, imagine_stride=2, actor_lr=1e-4, hidden_size=64,
+    world_model=dict(deter_size=64, hidden_size=64, free_nats=0.0))
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

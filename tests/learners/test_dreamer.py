@@ -13,10 +13,11 @@ from rlagents.learners import ppo
 TINY_MODEL = world_models.WorldModelConfig(deter_size=16, num_latents=4, num_classes=4,
                                            hidden_size=16, num_bins=31)
 # 8 envs x 8 steps per iteration; random actions in the first two, learning once 128 real steps
-# are in the replay (after the second iteration's collection).
+# are in the replay (after the second iteration's collection). Imagination starts at steps 0 and
+# 3 of each 4-step sequence (a stride that does not divide the length).
 TINY = dreamer.DreamerConfig(num_envs=8, collect_steps=8, total_timesteps=192, learning_starts=128,
-                             batch_size=8, seq_len=4, horizon=3, hidden_size=16, mlp_layers=1,
-                             world_model=TINY_MODEL)
+                             batch_size=8, seq_len=4, horizon=3, imagine_stride=3, hidden_size=16,
+                             mlp_layers=1, world_model=TINY_MODEL)
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +88,8 @@ def test_one_and_eight_devices_give_equal_parameters(single_device_run):
     ({"total_timesteps": 32}, "less than one iteration"),
     ({"discount": 1.5}, "discount"),
     ({"actor_lr": 0.0}, "actor_lr"),
+    ({"imagine_stride": 0}, "imagine_stride must be >= 1"),
+    ({"imagine_stride": 5}, "longer than seq_len"),
 ])
 def test_bad_config(kwargs, message):
   with pytest.raises(ValueError, match=message):
