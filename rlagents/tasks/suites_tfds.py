@@ -1,6 +1,6 @@
-"""TFDS builder for the retrieval and code-fix suites: array_record read with `tfds.data_source`.
+"""TFDS builder for the retrieval, code-fix and bug-fix suites: array_record, `tfds.data_source`.
 
-One builder holds both suites; each (suite, config) pair has its own builder config, named by a
+One builder holds every suite; each (suite, config) pair has its own builder config, named by a
 hash of its fields, so a changed config never reads stale data (as for the calculator). Each
 example is a task as a JSON record, rebuilt with the suite's `from_record`, which names any
 missing field. The retrieval corpus is stored as a fourth split, `corpus`. Host code.
@@ -15,10 +15,11 @@ from typing import Any
 
 import tensorflow_datasets as tfds
 
+from rlagents.tasks import bugfix
 from rlagents.tasks import codefix
 from rlagents.tasks import retrieval
 
-SUITES = {"retrieval": retrieval, "codefix": codefix}
+SUITES = {"retrieval": retrieval, "codefix": codefix, "bugfix": bugfix}
 
 
 @dataclasses.dataclass(eq=False)
@@ -64,7 +65,7 @@ class TaskSuiteBuilder(tfds.core.GeneratorBasedBuilder):
                 for split, ts in tasks.items()}
       splits["corpus"] = [(pid, {"passage_id": pid, "text": text}) for pid, text in corpus.items()]
     else:
-      tasks = codefix.generate_suite(config.suite)
+      tasks = SUITES[config.suite_name].generate_suite(config.suite)
       splits = {split: [(t.task_id, dataclasses.asdict(t)) for t in ts]
                 for split, ts in tasks.items()}
     return {split: self._generate_examples(rows) for split, rows in splits.items()}

@@ -21,6 +21,13 @@ schema validate their arguments against it (`decode_arguments`). A guard (`rlage
 may refuse a call; the refusal is a `denied` observation like any other error.
 """
 
+from rlagents.tools._code_edit import CodeWorkspace
+from rlagents.tools._code_edit import default_runner
+from rlagents.tools._code_edit import describe_tests
+from rlagents.tools._code_edit import edited_source
+from rlagents.tools._code_edit import number_lines
+from rlagents.tools._code_edit import parse_replace
+from rlagents.tools._code_edit import replace_line
 from rlagents.tools._builtins import describe_run
 from rlagents.tools._builtins import DocumentSearchTool
 from rlagents.tools._builtins import PythonRunnerTool
@@ -56,6 +63,13 @@ __all__ = [
     "CALL_STATUSES",
     "COST_TAGS",
     "CharClass",
+    "CodeWorkspace",
+    "default_runner",
+    "describe_tests",
+    "edited_source",
+    "number_lines",
+    "parse_replace",
+    "replace_line",
     "CalculatorTool",
     "CallStatus",
     "Decision",
