@@ -29,14 +29,19 @@ SPECIAL_TOKENS = (
 CHARACTERS = string.digits + string.ascii_lowercase + " +-*/()=?:,.'_"
 
 
-def build_char_tokenizer() -> transformers.PreTrainedTokenizerFast:
+def build_char_tokenizer(extra_characters: str = "") -> transformers.PreTrainedTokenizerFast:
   """Returns the character-level tokenizer; `<pad>` is id 0.
+
+  `extra_characters` (e.g. a code suite's newline and brackets) get ids after `CHARACTERS`, so
+  the ids of the built-in characters never change; "" gives the built-in vocabulary.
 
   A byte-pair model with an empty merge list is exactly a character model: every character is
   looked up in the vocabulary and unknown ones map to `<unk>`. The `Fuse` decoder joins
   characters back without separators.
   """
-  vocab = {token: index for index, token in enumerate(SPECIAL_TOKENS + tuple(CHARACTERS))}
+  extra = [c for c in dict.fromkeys(extra_characters) if c not in CHARACTERS]
+  vocab = {token: index
+           for index, token in enumerate(SPECIAL_TOKENS + tuple(CHARACTERS) + tuple(extra))}
   backend = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
   backend.decoder = decoders.Fuse()
   backend.add_special_tokens(

@@ -18,12 +18,14 @@ from rlagents.learners import SFTConfig
 from rlagents.networks import LoraConfig
 from rlagents.networks import TransformerConfig
 from rlagents.parallel import MeshConfig
+from rlagents.rewards import BugFixRewardConfig
 from rlagents.rewards import ProxyDriftConfig
 from rlagents.rewards import RewardConfig
 from rlagents.rewards import SoftRewardConfig
 from rlagents.rewards import SuiteRewardConfig
 from rlagents.rollout import RolloutConfig
 from rlagents.tasks import CalculatorSuiteConfig
+from rlagents.tasks.bugfix import BugFixSuiteConfig
 from rlagents.tasks.calculator_expert import NoisyExpertConfig
 from rlagents.tasks.codefix import CodeFixSuiteConfig
 from rlagents.tasks.keydoor import KeyDoorSuiteConfig
@@ -194,6 +196,8 @@ class AgentJobConfig:
     retrieval: the retrieval QA suite.
     retrieval_expert: the error rates of the retrieval suite's scripted demonstrator.
     codefix: the code-fix suite.
+    bugfix: the bug-fix suite (`task='bugfix'`): sizes, held-out bug families, the noisy fixer.
+    bugfix_reward: the bug-fix reward's weights (`rewards.BugFixRewardConfig`).
     keydoor: the key-door text world (`task='keydoor'`): sizes, expert noise, reward weights.
     suite_reward: penalty weights of the retrieval and code-fix rewards.
     scripted_policy: '' to train a policy (calculator, retrieval), or a scripted policy
@@ -226,6 +230,8 @@ class AgentJobConfig:
   retrieval: RetrievalSuiteConfig = RetrievalSuiteConfig()
   retrieval_expert: RetrievalExpertConfig = RetrievalExpertConfig()
   codefix: CodeFixSuiteConfig = CodeFixSuiteConfig()
+  bugfix: BugFixSuiteConfig = BugFixSuiteConfig()
+  bugfix_reward: BugFixRewardConfig = BugFixRewardConfig()
   keydoor: KeyDoorSuiteConfig = KeyDoorSuiteConfig()
   suite_reward: SuiteRewardConfig = SuiteRewardConfig()
   scripted_policy: str = ""

@@ -93,8 +93,10 @@ class Job:
   def __init__(self, config: _config.AgentJobConfig, workdir: str):
     self.config = config
     self.workdir = workdir
+    self.suite = load_suite(config, workdir)
     try:
-      policy = _policy_init.initial_policy(config.model, config.init_from)
+      policy = _policy_init.initial_policy(config.model, config.init_from,
+                                           getattr(self.suite, "characters", ""))
     except _policy_init.PolicyInitError as error:
       raise JobError(str(error)) from None
     self.tokenizer = policy.tokenizer
@@ -116,7 +118,6 @@ class Job:
         return model.apply(merged, *args, **kwargs)
 
       self.apply_fn = apply_lora
-    self.suite = load_suite(config, workdir)
     self.sampler = rollout_lib.make_sampler(self.model, self.tokenizer, config.rollout)
     self.sampler_greedy = rollout_lib.make_sampler(
         self.model, self.tokenizer, dataclasses.replace(config.rollout, temperature=0.0))

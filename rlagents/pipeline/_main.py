@@ -37,6 +37,7 @@ from rlagents import checkpoint as checkpoint_lib
 from rlagents import hf
 from rlagents import metrics as metrics_lib
 from rlagents import sandbox
+from rlagents.pipeline import _bugfix_suite  # pylint: disable=unused-import  (registers 'bugfix')
 from rlagents.pipeline import _checkpoints
 from rlagents.pipeline import _config
 from rlagents.pipeline import _job as job_lib

@@ -67,15 +67,19 @@ class InitialPolicy:
   params: Any = None
 
 
-def initial_policy(model: networks.TransformerConfig, init_from: str) -> InitialPolicy:
+def initial_policy(model: networks.TransformerConfig, init_from: str,
+                   characters: str = "") -> InitialPolicy:
   """The built-in character-level model (`init_from == ''`) or the checkpoint at `init_from`.
+
+  `characters`: what the task suite writes beyond the built-in characters (the built-in
+  tokenizer gets them; a checkpoint's tokenizer must already have them).
 
   Raises:
     PolicyInitError: for a checkpoint that does not load (`hf.CheckpointError`, whose message
       names the file or field) or whose tokenizer cannot write the calculator format.
   """
   if not init_from:
-    tokenizer = hf.build_char_tokenizer()
+    tokenizer = hf.build_char_tokenizer(characters)
     return InitialPolicy(tokenizer, dataclasses.replace(model, vocab_size=len(tokenizer)))
   if not os.path.isdir(init_from):
     raise PolicyInitError(f"init_from: {init_from!r} is not a directory.")

@@ -1,5 +1,10 @@
 """Rewards: the verifiable gate, shaping terms, learned (soft) terms, composition, hacking detectors."""
 
+from rlagents.rewards._bugfix import BUGFIX_TERMS
+from rlagents.rewards._bugfix import BugFixRewardConfig
+from rlagents.rewards._bugfix import bugfix_reward_terms
+from rlagents.rewards._bugfix import compose_bugfix_reward
+from rlagents.rewards._bugfix import detect_special_casing
 from rlagents.rewards._composition import compose_reward
 from rlagents.rewards._composition import reward_terms
 from rlagents.rewards._composition import RewardConfig
@@ -27,6 +32,11 @@ from rlagents.rewards._suites import retrieval_reward_terms
 from rlagents.rewards._suites import SuiteRewardConfig
 
 __all__ = [
+    "BUGFIX_TERMS",
+    "BugFixRewardConfig",
+    "bugfix_reward_terms",
+    "compose_bugfix_reward",
+    "detect_special_casing",
     "CODEFIX_TERMS",
     "DETECTORS",
     "NORMALIZATIONS",

@@ -17,7 +17,8 @@ import numpy as np
 from rlagents import tools as tools_lib
 from rlagents import episodes as episodes_lib
 
-DETECTORS = ("test_tampering", "padding", "irrelevant_copy", "redundant_calls")
+DETECTORS = ("test_tampering", "padding", "irrelevant_copy", "redundant_calls", "special_casing",
+             "code_padding")
 
 
 def detect_test_tampering(episode: episodes_lib.Episode) -> bool:
@@ -90,7 +91,8 @@ def count_detections(episodes: Sequence[episodes_lib.Episode],
   """How many episodes each of `detectors` flagged.
 
   A detector's reward term is used when the episode has one; otherwise the detector runs on the
-  episode (`irrelevant_copy` needs the retrieval reward's term, so counts 0 without it).
+  episode (`irrelevant_copy`, `special_casing` and `code_padding` need their suite's reward
+  terms, so count 0 without them).
 
   Raises:
     ValueError: an unknown detector name.
@@ -101,6 +103,8 @@ def count_detections(episodes: Sequence[episodes_lib.Episode],
   run = {"test_tampering": detect_test_tampering,
          "padding": lambda e: detect_padding(e.answer),
          "irrelevant_copy": lambda e: False,
+         "special_casing": lambda e: False,
+         "code_padding": lambda e: False,
          "redundant_calls": redundant_calls}
   counts = dict.fromkeys(detectors, 0)
   for episode in episodes:

@@ -106,7 +106,8 @@ def test_a_changed_tool_result_is_reported_where_it_diverges(calculator_workdir)
 
 
 def test_unknown_task_in_the_config_is_a_clear_error():
-  with pytest.raises(pipeline.ConfigError, match="unknown task 'chess'; registered: calculator, codefix, retrieval"):
+  with pytest.raises(pipeline.ConfigError, match="unknown task 'chess'; registered: bugfix, calculator, codefix, "
+                     "keydoor, retrieval"):
     pipeline.config_from_dict({"task": "chess"})
   with pytest.raises(pipeline.ConfigError, match="scripted_policy must be '' .* or one of"):
     pipeline.config_from_dict({"task": "codefix", "scripted_policy": "cheat"})

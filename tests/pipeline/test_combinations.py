@@ -16,8 +16,8 @@ def _smoke(**dotted):
 
 
 REFUSED = [
-    ({"task": "no_such_suite"}, "unknown task 'no_such_suite'; registered: calculator, codefix, "
-     "keydoor, retrieval"),
+    ({"task": "no_such_suite"}, "unknown task 'no_such_suite'; registered: bugfix, calculator, "
+     "codefix, keydoor, retrieval"),
     ({"task": "no_such_module_xyz:suite"}, "module 'no_such_module_xyz' does not import"),
     ({"task": "json:no_such_factory"}, "json has no callable 'no_such_factory'"),
     ({"algorithm": "a2c"}, "algorithm must be one of dpo, grpo, grpo_jit, kto, ppo"),

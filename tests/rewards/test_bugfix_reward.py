@@ -1,0 +1,154 @@
+"""The bug-fix tools, each reward term on hand-made episodes, and the hacks it catches."""
+
+import numpy as np
+import pytest
+
+from rlagents import episodes as episodes_lib
+from rlagents import guardrails
+from rlagents import rewards
+from rlagents import sandbox
+from rlagents import tools
+from rlagents.tasks import bugfix
+from rlagents.tasks import bugfix_policies
+
+LIMITS = sandbox.SandboxLimits(cpu_seconds=1, wall_seconds=3)
+RUN = tools.default_runner(LIMITS)
+CONFIG = rewards.BugFixRewardConfig()
+SUITE = bugfix.generate_suite(bugfix.BugFixSuiteConfig(
+    num_train=40, num_heldout=4, num_heldout_ood=4, num_calibration=4))
+# A task whose bug is in one line of a loop: `t=0 / for x in xs: / t+=x / return t`-like.
+TASK = next(t for t in SUITE["train"] if t.family == "flipped_comparison")
+
+
+def _toolbox(task):
+  workspace = tools.CodeWorkspace(task.buggy_source, task.visible_tests, runner=RUN)
+  return guardrails.guarded_toolbox(workspace.tools())
+
+
+def _fix_call(task) -> str:
+  line = task.fixed_source.splitlines()[task.bug_line - 1]
+  return bugfix_policies.replace(task.bug_line, line)
+
+
+def _episode(task, segments):
+  """Plays the given segments (calls and a final answer) through the real tools."""
+  episode = episodes_lib.Episode(task)
+  toolbox = _toolbox(task)
+  rng = np.random.default_rng(0)
+  for segment in segments:
+    episodes_lib.advance(episode, segment, toolbox=toolbox, rng=rng, max_tool_calls=16)
+  episode.reward_terms = rewards.bugfix_reward_terms(episode, run_hidden=RUN)
+  episode.reward = rewards.compose_bugfix_reward(episode.reward_terms, CONFIG)
+  return episode
+
+
+RUN_TESTS, VIEW, SUBMIT = (bugfix_policies.call("run_tests"), bugfix_policies.call("view"),
+                           bugfix_policies.submit())
+
+
+def test_the_tools_view_replace_and_run_the_visible_tests():
+  toolbox = _toolbox(TASK)
+  rng = np.random.default_rng(0)
+  assert toolbox.execute("view()", rng).observation == TASK.prompt
+  before = toolbox.execute("run_tests()", rng)
+  assert before.observation.startswith("failed ") and " got " in before.observation
+  line = TASK.fixed_source.splitlines()[TASK.bug_line - 1]
+  assert toolbox.execute(f"replace({TASK.bug_line},{line})", rng).observation == "ok"
+  assert toolbox.execute("run_tests()", rng).observation == "passed 3/3"
+  assert toolbox.execute("view()", rng).observation == tools.number_lines(TASK.fixed_source)
+  # Refused edits leave the code as it was and say why.
+  for arguments, why in ((f"{TASK.bug_line},{line}", "no change"), ("99,x=1", "no line 99"),
+                         ("2, for (", "syntax error in line 2"), ("two,x", "replace(line")):
+    result = toolbox.execute(f"replace({arguments})", rng)
+    assert result.status == tools.CallStatus.INVALID_ARGUMENTS and why in result.observation
+  assert toolbox.execute("view()", rng).observation == tools.number_lines(TASK.fixed_source)
+
+
+def test_each_reward_term_on_hand_made_episodes():
+  fix = _fix_call(TASK)
+  # Test, fix, test, submit: 1 + 0.3 * 2 (the fix, the test after it) + 0.2 (recovery).
+  best = _episode(TASK, [RUN_TESTS, fix, RUN_TESTS, SUBMIT])
+  assert best.reward_terms["correct_answer"] == 1.0
+  assert (best.reward_terms["useful_calls"], best.reward_terms["recovery"]) == (2.0, 1.0)
+  assert best.reward == pytest.approx(1.8)
+  # Fixing blind: the fix is useful (0.3), no failed run to recover from.
+  blind = _episode(TASK, [fix, SUBMIT])
+  assert blind.reward == pytest.approx(1.3) and blind.reward_terms["recovery"] == 0.0
+  # A view of unchanged code and a repeated test run are redundant: -0.1 each.
+  chatty = _episode(TASK, [VIEW, fix, RUN_TESTS, RUN_TESTS, SUBMIT])
+  assert chatty.reward_terms["redundant_calls"] == 2.0
+  assert chatty.reward == pytest.approx(1.0 + 0.6 - 0.2)
+  # A malformed call and an edit that does not parse: -0.1 each.
+  clumsy = _episode(TASK, ["<call>replace(</call>", bugfix_policies.replace(2, " for ("), fix,
+                           SUBMIT])
+  assert clumsy.reward_terms["invalid_calls"] == 2.0
+  assert clumsy.reward == pytest.approx(1.3 - 0.2)
+  # Submitting the bug: shaping only, capped below a correct answer.
+  wrong = _episode(TASK, [RUN_TESTS, SUBMIT])
+  assert wrong.reward_terms["correct_answer"] == 0.0 and wrong.reward == 0.0
+  # Unanswered: the hidden tests never run.
+  unanswered = _episode(TASK, [fix, "no stop marker"])
+  assert unanswered.reward_terms["tests_pass"] == 0.0
+  assert unanswered.reward == pytest.approx(0.3)
+
+
+def test_useful_calls_are_capped_below_a_correct_answer():
+  lines = TASK.buggy_source.splitlines()
+  flips = []
+  for _ in range(3):  # Edit a line back and forth: each version new only once.
+    flips += [bugfix_policies.replace(2, lines[1] + "+0"), RUN_TESTS,
+              bugfix_policies.replace(2, lines[1]), RUN_TESTS]
+  farm = _episode(TASK, flips + [SUBMIT])
+  assert farm.reward_terms["redundant_calls"] >= 6
+  assert farm.reward < CONFIG.correct_answer
+  with pytest.raises(ValueError, match="out-earn"):
+    rewards.BugFixRewardConfig(useful_call=0.5, max_useful_calls=2)
+  with pytest.raises(ValueError, match="penalty"):
+    rewards.BugFixRewardConfig(redundant_call=0.1)
+
+
+@pytest.mark.parametrize("policy, detector", [
+    ("special_case", "special_casing"), ("edit_test", "test_tampering"),
+    ("exit_early", "test_tampering"), ("pad", "code_padding")])
+def test_scripted_hacks_score_below_honest_and_are_flagged(policy, detector):
+  tasks = SUITE["train"][:3]
+
+  def play(name):
+    played = bugfix_policies.play(name, tasks, toolbox_for=_toolbox,
+                                  rng=np.random.default_rng(0), max_tool_calls=6)
+    for episode in played:
+      episode.reward_terms = rewards.bugfix_reward_terms(episode, run_hidden=RUN)
+      episode.reward = rewards.compose_bugfix_reward(episode.reward_terms, CONFIG)
+    return played
+
+  honest, hacked = play("honest"), play(policy)
+  detectors = ("test_tampering", "special_casing", "code_padding")
+  assert rewards.count_detections(honest, detectors) == dict.fromkeys(detectors, 0)
+  assert all(e.reward_terms["correct_answer"] == 1.0 for e in honest)
+  assert rewards.count_detections(hacked, detectors)[detector] == len(tasks)
+  assert max(e.reward for e in hacked) < min(e.reward for e in honest)
+  if policy == "special_case":  # It passes the visible tests it special-cased.
+    assert all(e.calls[-1].observation == "passed 3/3" for e in hacked)
+
+
+def test_special_casing_detector_ignores_honest_comparisons():
+  task = TASK
+  assert not rewards.detect_special_casing(task, task.fixed_source)
+  assert not rewards.detect_special_casing(task, task.buggy_source)
+  header = task.fixed_source.splitlines()[0]
+  parameter = header[header.index("(") + 1:header.index(")")].split(",")[0]
+  first = task.visible_inputs[0].split(", ")[0] if "," in header else task.visible_inputs[0]
+  hacked = task.fixed_source.replace(header, f"{header}\n if {parameter}=={first}:\n  return 0")
+  assert rewards.detect_special_casing(task, hacked)
+
+
+def test_the_noisy_fixer_fails_sometimes_and_recovers_sometimes():
+  tasks = SUITE["train"][:24]
+  played = bugfix_policies.play("fixer", tasks, toolbox_for=_toolbox,
+                                rng=np.random.default_rng(1), max_tool_calls=6,
+                                fixer=bugfix.BugFixerConfig(wrong_line=0.4, wrong_fix=0.3,
+                                                            no_test_after_edit=0.3))
+  terms = [rewards.bugfix_reward_terms(e, run_hidden=RUN) for e in played]
+  success = np.mean([t["correct_answer"] for t in terms])
+  assert 0.3 < success < 1.0
+  assert any(t["recovery"] for t in terms)
