@@ -25,6 +25,9 @@ class RolloutBatch:
   tokens: np.ndarray      # int32
   loss_mask: np.ndarray   # float32, 1 on policy tokens
   logprobs: np.ndarray    # float32, the sampler's log-probs on policy tokens, 0 elsewhere
+  # int32, the policy version that sampled each policy token (-1 elsewhere) when the sampler
+  # was given a `rollout.LatestParams`; None when one set of weights sampled the whole batch.
+  versions: np.ndarray | None = None
 
 
 def encode_text(tokenizer, text: str) -> list[int]:

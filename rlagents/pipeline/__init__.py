@@ -15,6 +15,7 @@ from rlagents.pipeline._config import config_to_dict
 from rlagents.pipeline._config import ConfigError
 from rlagents.pipeline._config import EvalConfig
 from rlagents.pipeline._config import LoraSettings
+from rlagents.pipeline._config import RLLoopConfig
 from rlagents.pipeline._job import Job
 from rlagents.pipeline._job import JobError
 from rlagents.pipeline._loop import run_phase
@@ -33,6 +34,7 @@ __all__ = [
     "JobError",
     "LoraSettings",
     "PhaseStart",
+    "RLLoopConfig",
     "check_config",
     "check_config_key",
     "config_from_dict",

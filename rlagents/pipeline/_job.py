@@ -152,9 +152,15 @@ class Job:
 
   def policy_episodes(self, params, tasks, *, key, rng,
                       sampler=None) -> episodes_lib.RolloutBatch:
-    """Episodes of the policy with train-state `params` on `tasks`, through the guarded tools."""
+    """Episodes of the policy with train-state `params` on `tasks`, through the guarded tools.
+
+    `params` may be a `rollout.LatestParams` of sampler-ready weights (`policy_params`), read
+    at every turn (asynchronous training).
+    """
+    if not isinstance(params, rollout_lib.LatestParams):
+      params = self.policy_params(params)
     batch = rollout_lib.sample_episodes(
-        self.policy_params(params), tasks, sampler=sampler or self.sampler,
+        params, tasks, sampler=sampler or self.sampler,
         tokenizer=self.tokenizer, toolbox_for=self.suite.toolbox_for, config=self.config.rollout,
         key=key, rng=rng)
     self.score(batch.episodes)

@@ -120,6 +120,11 @@ def run_phase(job: job_lib.Job, phase: _base.Phase, start: _checkpoints.PhaseSta
     return phase.policy_params(state), {**stats.as_dict(), **phase.finish(job, None)}
 
   context = phase.prepare(job, state, reference)
+  if start.step:
+    message = phase.resumed(start.metadata)
+    if message:
+      logging.info("%s", message)
+      print(message, flush=True)
   state = job.place_state(state)
   every = config.eval.every_steps if phase.periodic_eval else 0
   # Saved with each checkpoint: a resume between two evaluation points feeds the drift monitor
@@ -167,6 +172,7 @@ def run_phase(job: job_lib.Job, phase: _base.Phase, start: _checkpoints.PhaseSta
                  "denied_calls": stats.denied_calls, "running": job.running.state(),
                  "drift": job.drift_monitor.state(),
                  "rewards_since_eval": [float(r) for r in rewards_since_eval]}
+      extra.update(phase.checkpoint_metadata(context))
       checkpointer.save(done, _checkpoints.state_tree(state, key, job.lora is not None),
                         _checkpoints.metadata(phase=phase.directory, phase_id=phase.phase_id,
                                               step=done, seed=config.seed, **extra))

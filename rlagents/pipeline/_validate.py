@@ -50,6 +50,10 @@ def _problem(config: _config.AgentJobConfig) -> str | None:
     return (f"sft.num_demonstrations ({config.sft.num_demonstrations}) exceeds "
             f"tasks.num_train ({config.tasks.num_train})")
   phase = phases.get_phase(phases.rl_phase_name(config))
+  if config.rl.mode == "async" and phase.name != "grpo":
+    return (f"rl.mode='async' overlaps sampling and updates of GRPO on host rollouts; "
+            f"algorithm={config.algorithm!r} with rollout_mode={config.rollout_mode!r} runs "
+            f"phase {phase.name!r} (use rl.mode='sync')")
   problem = phase.validate(config)
   if problem:
     return problem

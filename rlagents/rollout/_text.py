@@ -11,6 +11,8 @@ and padding.
 
 import dataclasses
 import functools
+import threading
+import time
 from typing import Any, Callable, Sequence
 
 import jax
@@ -33,6 +35,8 @@ class RolloutConfig:
     temperature: sampling temperature (0 is greedy).
     top_k: keep the k most likely tokens (0: off).
     top_p: nucleus sampling threshold (1: off).
+    tool_latency_s: seconds added to every tool call (a slow tool or remote service, for
+      benchmarks of asynchronous training); 0 adds nothing.
   """
   max_length: int = 192
   max_tool_calls: int = 4
@@ -41,6 +45,7 @@ class RolloutConfig:
   temperature: float = 1.0
   top_k: int = 0
   top_p: float = 1.0
+  tool_latency_s: float = 0.0
 
   def __post_init__(self):
     for name in ("max_length", "max_tool_calls", "max_segment_tokens", "batch_size"):
@@ -50,6 +55,36 @@ class RolloutConfig:
       raise ValueError(f"RolloutConfig.temperature must be >= 0, got {self.temperature}")
     if not 0 < self.top_p <= 1:
       raise ValueError(f"RolloutConfig.top_p must be in (0, 1], got {self.top_p}")
+    if self.tool_latency_s < 0:
+      raise ValueError(f"RolloutConfig.tool_latency_s must be >= 0, got {self.tool_latency_s}")
+
+
+class LatestParams:
+  """The newest policy weights and their version, shared between a learner and samplers.
+
+  Thread-safe. The learner `publish`es after each update; a sampler given this instead of
+  plain parameters reads the newest weights at every turn, so a multi-turn episode may
+  continue across an update (a partial rollout) and each of its tokens keeps the log-prob and
+  the version of the weights that sampled it (`RolloutBatch.versions`).
+
+  Args:
+    params: the first weights.
+    version: their version (the learner's update count).
+  """
+
+  def __init__(self, params: Any, version: int = 0):
+    self._lock = threading.Lock()
+    self._params, self._version = params, version
+
+  def publish(self, params: Any, version: int) -> None:
+    """Makes `params` (version `version`) the weights the next turn samples with."""
+    with self._lock:
+      self._params, self._version = params, version
+
+  def get(self) -> tuple[Any, int]:
+    """`(params, version)`, the newest published."""
+    with self._lock:
+      return self._params, self._version
 
 
 def make_sampler(model, tokenizer, config: RolloutConfig):
@@ -69,7 +104,8 @@ def sample_episodes(params: Any, tasks: Sequence[Any], *, sampler, tokenizer,
   """Plays one episode per task with the model; see the module docstring.
 
   Args:
-    params: the policy's parameters.
+    params: the policy's parameters, or a `LatestParams` read at every turn (the batch then
+      records each token's version in `versions`).
     tasks: objects with `task_id` and `prompt`.
     sampler: `make_sampler(...)`.
     tokenizer: the policy's tokenizer.
@@ -89,11 +125,13 @@ def sample_episodes(params: Any, tasks: Sequence[Any], *, sampler, tokenizer,
     batches.append(_sample_chunk(params, tasks[start:start + config.batch_size],
                                  sampler=sampler, tokenizer=tokenizer, toolbox_for=toolbox_for,
                                  config=config, key=chunk_key, rng=rng))
+  versioned = isinstance(params, LatestParams)
   return episodes_lib.RolloutBatch(
       episodes=[e for b in batches for e in b.episodes],
       tokens=np.concatenate([b.tokens for b in batches]),
       loss_mask=np.concatenate([b.loss_mask for b in batches]),
-      logprobs=np.concatenate([b.logprobs for b in batches]))
+      logprobs=np.concatenate([b.logprobs for b in batches]),
+      versions=np.concatenate([b.versions for b in batches]) if versioned else None)
 
 
 def _sample_chunk(params, tasks, *, sampler, tokenizer, toolbox_for, config, key, rng):
@@ -108,6 +146,8 @@ def _sample_chunk(params, tasks, *, sampler, tokenizer, toolbox_for, config, key
   active = np.arange(batch) < n
   loss_mask = np.zeros((batch, length), np.float32)
   logprobs = np.zeros((batch, length), np.float32)
+  versions = np.full((batch, length), -1, np.int32)
+  source = params if isinstance(params, LatestParams) else LatestParams(params)
   episodes = [episodes_lib.Episode(task) for task in tasks]
   toolboxes = [toolbox_for(task) for task in tasks]
 
@@ -115,16 +155,21 @@ def _sample_chunk(params, tasks, *, sampler, tokenizer, toolbox_for, config, key
     if not active.any():
       break
     key, turn_key = jax.random.split(key)
-    out = jax.device_get(sampler(params, tokens, lengths, active, turn_key))
+    turn_params, version = source.get()
+    out = jax.device_get(sampler(turn_params, tokens, lengths, active, turn_key))
     generated = np.asarray(out.generated_mask)
     loss_mask[generated] = 1.0
     logprobs[generated] = np.asarray(out.logprobs)[generated]
+    versions[generated] = version
     tokens = np.array(out.tokens)
     previous_lengths, lengths = lengths, np.array(out.lengths)
     for b in np.flatnonzero(active):
       segment = tokenizer.decode(tokens[b, previous_lengths[b]:lengths[b]])
+      calls = len(episodes[b].calls)
       observation = episodes_lib.advance(episodes[b], segment, toolbox=toolboxes[b], rng=rng,
                                          max_tool_calls=config.max_tool_calls)
+      if config.tool_latency_s and len(episodes[b].calls) > calls:
+        time.sleep(config.tool_latency_s)
       if observation is None:
         active[b] = False
         continue
@@ -137,4 +182,5 @@ def _sample_chunk(params, tasks, *, sampler, tokenizer, toolbox_for, config, key
       lengths[b] += len(obs_ids)
   for b in np.flatnonzero(active):
     episodes_lib.end_unanswered(episodes[b])
-  return episodes_lib.RolloutBatch(episodes, tokens[:n], loss_mask[:n], logprobs[:n])
+  return episodes_lib.RolloutBatch(episodes, tokens[:n], loss_mask[:n], logprobs[:n],
+                                   versions[:n])

@@ -113,6 +113,16 @@ class Phase:
     """One step: sample (online phases), update; `key` and `rng` are this step's own."""
     raise NotImplementedError
 
+  def checkpoint_metadata(self, context) -> dict[str, Any]:
+    """What the phase adds to each checkpoint's metadata (JSON values), e.g. work in flight."""
+    del context
+    return {}
+
+  def resumed(self, metadata: dict[str, Any]) -> str | None:
+    """A line for the user when resuming from a checkpoint with `metadata`, or None."""
+    del metadata
+    return None
+
   def panels(self, config) -> dict[str, list[str]]:
     """Its panels of `learning_curves.png` (title -> metric names), beside the loop's."""
     del config

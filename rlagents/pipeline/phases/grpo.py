@@ -1,8 +1,11 @@
 """GRPO on host rollouts: episodes through the suite's guarded tools, group-relative advantages."""
 
+import jax
+
 from rlagents import episodes as episodes_lib
 from rlagents import learners
 from rlagents import rewards
+from rlagents.pipeline.phases import _async
 from rlagents.pipeline.phases import _base
 
 
@@ -16,13 +19,49 @@ def apply_diversity_penalty(episodes, group_size: int, weight: float) -> None:
 
 
 class GRPO(_base.Phase):
-  """GRPO from the SFT policy, the SFT policy as the KL reference (`config.grpo`)."""
+  """GRPO from the SFT policy, the SFT policy as the KL reference (`config.grpo`).
+
+  With `rl.mode='async'` a background sampler (`_async.AsyncSampler`) samples the batches with
+  the newest published weights while the learner updates; see `pipeline.RLLoopConfig`.
+  """
   name, phase_id, online = "grpo", 3, True
 
   def settings(self, config):
     return config.grpo
 
+  def validate(self, config):
+    if config.rl.mode == "async" and jax.process_count() > 1:
+      return ("rl.mode='async' runs on one process (its sampler thread decides which batches "
+              f"the learner takes); this job has {jax.process_count()} processes")
+    return None
+
+  def _draw(self, job, key):
+    grpo = job.config.grpo
+
+    def draw(index):
+      rng = job.rng(self.phase_id, index)
+      prompts = self.draw_tasks(job, rng, grpo.prompts_per_step)
+      tasks = [task for task in prompts for _ in range(grpo.group_size)]
+      return tasks, jax.random.fold_in(key, index), rng
+
+    return draw
+
   def prepare(self, job, state, reference):
+    # In async mode the sampler starts at the first step of this invocation (it needs the
+    # step's weights and key): the third slot holds it then.
+    return [*self._prepare_update(job, reference),
+            "async" if job.config.rl.mode == "async" else None]
+
+  def _start_sampler(self, job, context, state, step, key):
+    rl = job.config.rl
+    sampler = _async.AsyncSampler(
+        job, self._draw(job, key), group_size=job.config.grpo.group_size,
+        params=job.policy_params(state.params), version=step,
+        max_staleness=rl.max_staleness, queue_size=rl.queue_size or max(rl.max_staleness, 1))
+    context[2] = (sampler, _async.make_recompute())
+    return context[2]
+
+  def _prepare_update(self, job, reference):
     grpo = job.config.grpo
     if grpo.microbatch_size:
       update = learners.MicrobatchedGRPOStep(grpo, microbatch_size=grpo.microbatch_size,
@@ -34,18 +73,51 @@ class GRPO(_base.Phase):
     return update, job.place_state(reference)
 
   def step(self, job, context, state, *, step, key, rng):
-    update, reference = context
+    update, reference, asynchronous = context
     config, grpo = job.config, job.config.grpo
-    prompts = self.draw_tasks(job, rng, grpo.prompts_per_step)
-    group_tasks = [task for task in prompts for _ in range(grpo.group_size)]
-    rollout = job.train_episodes(state.params, group_tasks, key=key, rng=rng,
-                                 group_size=grpo.group_size)
+    if asynchronous == "async":
+      asynchronous = self._start_sampler(job, context, state, step, key)
+    extra = {}
+    if asynchronous is None:
+      prompts = self.draw_tasks(job, rng, grpo.prompts_per_step)
+      group_tasks = [task for task in prompts for _ in range(grpo.group_size)]
+      rollout = job.train_episodes(state.params, group_tasks, key=key, rng=rng,
+                                   group_size=grpo.group_size)
+    else:
+      sampler, recompute = asynchronous
+      rollout, extra = sampler.next_batch(step)
     if config.diversity_weight:
       apply_diversity_penalty(rollout.episodes, grpo.group_size, config.diversity_weight)
     batch = _base.policy_batch(rollout)
+    if asynchronous is not None:
+      batch = _async.off_policy_batch(batch, rollout, state, step, recompute)
     for _ in range(grpo.updates_per_batch):
       state, metrics = update(state, reference, batch)
-    return _base.StepResult(state, metrics, rollout)
+    if asynchronous is not None:
+      sampler.publish(job.policy_params(state.params), step + 1)
+    return _base.StepResult(state, metrics, rollout, extra_metrics=extra)
+
+  def checkpoint_metadata(self, context):
+    asynchronous = context[2] if context else None
+    if not isinstance(asynchronous, tuple):
+      return {}
+    return {"async_in_flight_episodes": asynchronous[0].in_flight_episodes()}
+
+  def resumed(self, metadata):
+    if "async_in_flight_episodes" not in metadata:
+      return None
+    return (f"asynchronous sampler: {metadata['async_in_flight_episodes']} episodes sampled "
+            "ahead of the checkpoint were not saved and are dropped; sampling starts anew")
+
+  def finish(self, job, context):
+    asynchronous = context[2] if context else None
+    if not isinstance(asynchronous, tuple):
+      return {}
+    sampler = asynchronous[0]
+    dropped_at_end = sampler.close()
+    return {"async": {"dropped_stale_batches": sampler.dropped_batches,
+                      "dropped_stale_episodes": sampler.dropped_episodes,
+                      "sampled_ahead_and_unused_episodes": dropped_at_end}}
 
   def panels(self, config):
     return {"KL to SFT": ["grpo/kl"]}
