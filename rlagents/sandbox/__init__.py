@@ -1,6 +1,9 @@
 """Isolated execution of untrusted code: kernel namespaces (pid, mount, net), the unprivileged
-user, limits, pinned files, and a test verdict the code under test cannot forge."""
+user, limits, pinned files, a test verdict the code under test cannot forge, and a pool of
+pre-started sandboxes for many short runs."""
 
+from rlagents.sandbox._pool import pooled
+from rlagents.sandbox._pool import SandboxPool
 from rlagents.sandbox._sandbox import ISOLATION_MODES
 from rlagents.sandbox._sandbox import isolation_mode
 from rlagents.sandbox._sandbox import kernel_isolation_problem
@@ -19,6 +22,7 @@ from rlagents.sandbox._verdict import TestVerdict
 __all__ = [
     "ISOLATION_MODES",
     "SandboxLimits",
+    "SandboxPool",
     "SandboxResult",
     "SandboxUnavailable",
     "TestVerdict",
@@ -27,6 +31,7 @@ __all__ = [
     "isolation_mode",
     "kernel_isolation_problem",
     "network_namespace_available",
+    "pooled",
     "run_python",
     "run_tests",
     "sha256_of",

@@ -27,6 +27,10 @@ of the pid namespace. It builds the run's filesystem and then stays as the names
    pid namespace, and the kernel kills them all when process 1 exits) and writes the child's
    status on its status channel, which the child never holds.
 
+A pre-started worker of a `SandboxPool` (`_pool.py`) is given `go_fd` instead of its run: it
+builds the root, then waits there for the run's settings (pinned files, environment, limits,
+seccomp filter, cgroup use), pins the files and goes on with step 2.
+
 Any failure to set up is written on the status channel as `error <what>` and ends the run before
 the child starts; the host raises `SandboxUnavailable` with it.
 """
@@ -229,6 +233,28 @@ def _kill_all():
       return
 
 
+def _wait_for_run(spec, cgroup_fds):
+  """A pre-started worker (`_pool.py`): waits, its root built, for the run's settings on
+  `go_fd`, then pins the run's files; ends without running anything on an empty message."""
+  chunks = []
+  while True:
+    chunk = os.read(spec["go_fd"], 65536)
+    if not chunk:
+      break
+    chunks.append(chunk)
+  os.close(spec["go_fd"])
+  if not chunks:
+    os._exit(0)
+  spec.update(marshal.loads(b"".join(chunks)))
+  for path in spec["pinned"]:
+    _bind(path, path, read_only=True)
+  if not spec["use_cgroup"]:
+    for fd in cgroup_fds:
+      os.close(fd)
+    return []
+  return cgroup_fds
+
+
 def _main():
   spec = marshal.loads(bytes.fromhex(sys.argv[1]))
   status_fd = spec["status_fd"]
@@ -241,6 +267,8 @@ def _main():
     # out, so the cgroup's OOM killer can never end the run without its status.
     cgroup_fds = [os.open(path, os.O_WRONLY) for path in spec["cgroup_procs"]]
     _build_root(spec)
+    if "go_fd" in spec:
+      cgroup_fds = _wait_for_run(spec, cgroup_fds)
     child = _start_child(spec, status_fd, cgroup_fds)
     for fd in cgroup_fds:
       os.close(fd)

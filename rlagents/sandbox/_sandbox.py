@@ -408,6 +408,10 @@ def _require_kernel() -> None:
                              "only)")
 
 
+# Pools that kernel-mode runs go to (`_pool.pooled`), newest last.
+_ROUTES: list = []
+
+
 def run_python(code: str, *, files: Mapping[str, str | bytes] | None = None,
                pinned: Mapping[str, str | bytes] | None = None,
                limits: SandboxLimits = SandboxLimits(), stdin: str = "",
@@ -428,6 +432,9 @@ def run_python(code: str, *, files: Mapping[str, str | bytes] | None = None,
     SandboxUnavailable: a limit or isolation measure cannot be applied on this OS.
     ValueError: a file name that leaves the sandbox directory.
   """
+  if _ROUTES and limits.isolation == "kernel":
+    return _ROUTES[-1].run_python(code, files=files, pinned=pinned, limits=limits, stdin=stdin,
+                                  channel=channel)
   rlimits = _rlimit_values(limits)
   if limits.isolation == "kernel":
     _require_kernel()
@@ -500,10 +507,8 @@ def _read_only_view() -> tuple[list[str], dict[str, str]]:
   return kept, links
 
 
-def _run_in(root, code, files, pinned_bytes, digests, limits, rlimits, uid, use_netns, stdin,
-            channel):
-  work = os.path.join(root, "work")
-  os.mkdir(work)
+def _prepare_work(work, code, files, pinned_bytes, uid, root):
+  """Writes the run's files into its directory `work` (pinned ones read-only and root's)."""
   for name, data in files.items():
     _write(os.path.join(work, _safe_name(name)), data.encode() if isinstance(data, str) else data,
            0o644)
@@ -523,18 +528,33 @@ def _run_in(root, code, files, pinned_bytes, digests, limits, rlimits, uid, use_
     for directory in pinned_dirs - {work}:
       os.chmod(directory, _PINNED_DIR_MODE)
     os.chmod(root, 0o711)
+
+
+def _child_env(work, pinned_bytes):
+  return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
+          "HOME": work, "TMPDIR": work, "SANDBOX_PINNED": "\0".join(pinned_bytes)}
+
+
+def _child_argv(work, report_fd):
+  return [sys.executable, "-I", "-S", "-B", os.path.realpath(_BOOTSTRAP), work, str(report_fd),
+          "main.py", os.pathsep.join(_site_dirs())]
+
+
+def _run_in(root, code, files, pinned_bytes, digests, limits, rlimits, uid, use_netns, stdin,
+            channel):
+  work = os.path.join(root, "work")
+  os.mkdir(work)
+  _prepare_work(work, code, files, pinned_bytes, uid, root)
   stdout_path, stderr_path = os.path.join(root, "stdout"), os.path.join(root, "stderr")
   report_read, report_write = os.pipe()
   os.set_blocking(report_read, False)
-  env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
-         "HOME": work, "TMPDIR": work, "SANDBOX_PINNED": "\0".join(pinned_bytes)}
+  env = _child_env(work, pinned_bytes)
   channel_path = os.path.join(root, "channel")
   channel_fd = os.open(channel_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
   if channel:
     env["SANDBOX_CHANNEL_FD"] = str(channel_fd)
   extra_fds = (report_write, channel_fd) if channel else (report_write,)
-  child_argv = [sys.executable, "-I", "-S", "-B", os.path.realpath(_BOOTSTRAP), work,
-                str(report_write), "main.py", os.pathsep.join(_site_dirs())]
+  child_argv = _child_argv(work, report_write)
   violations = []
   with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err, os.fdopen(
       channel_fd, "rb", closefd=True) as _, _stdin_source(root, stdin.encode()) as stdin_file:
@@ -546,10 +566,19 @@ def _run_in(root, code, files, pinned_bytes, digests, limits, rlimits, uid, use_
       code_, wall = _launch_hook(child_argv, env, work, limits, rlimits, uid, use_netns,
                                  extra_fds, stdin_file, out, err, violations)
       isolation, out_of_memory = "hook", False
-  with open(channel_path, "rb") as f:
+  return _collect(root, work, limits, digests, violations, code_, wall, isolation,
+                  out_of_memory, use_netns, report_read)
+
+
+def _collect(root, work, limits, digests, violations, code_, wall, isolation, out_of_memory,
+             use_netns, report_read) -> "SandboxResult":
+  """The result of a finished run from what it left in `root` (every process of it is gone)."""
+  stdout_path, stderr_path = os.path.join(root, "stdout"), os.path.join(root, "stderr")
+  with open(os.path.join(root, "channel"), "rb") as f:
     channel_bytes = f.read(limits.max_output_bytes)
   reports = _read_all(report_read)
   os.close(report_read)
+
   def scrub(text: str) -> str:
     # The directory name is random; results must not depend on it (replay compares them).
     return text.replace(work, "<sandbox>")

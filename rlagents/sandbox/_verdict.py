@@ -142,13 +142,15 @@ def split_pinned_test(name: str, source: str) -> tuple[str, dict[str, list]]:
 
 
 def run_tests(solution: str, tests: Mapping[str, str], *,
-              limits: _sandbox.SandboxLimits = _sandbox.SandboxLimits()) -> TestVerdict:
+              limits: _sandbox.SandboxLimits = _sandbox.SandboxLimits(),
+              runner=None) -> TestVerdict:
   """Runs the pinned `tests` (name `test_*.py` -> source) against `solution.py`; judges here.
 
   Args:
     solution: the source of `solution.py`.
     tests: pinned test modules (see `split_pinned_test` for their form).
     limits: the sandbox's limits.
+    runner: what runs the driver, `run_python` by default (a `SandboxPool`'s `run_python`).
 
   Raises:
     ValueError: a test file name or a test of another form.
@@ -165,8 +167,8 @@ def run_tests(solution: str, tests: Mapping[str, str], *,
   with open(_DRIVER) as f:
     driver = f.read().replace("\nTESTS = []", f"\nTESTS = {plan!r}", 1)
   nonce = os.urandom(16).hex()
-  run = _sandbox.run_python(driver, files={"solution.py": solution}, pinned=pinned,
-                            limits=limits, channel=True, stdin=nonce + "\n")
+  run = (runner or _sandbox.run_python)(driver, files={"solution.py": solution}, pinned=pinned,
+                                        limits=limits, channel=True, stdin=nonce + "\n")
   return judge(run, expected, nonce)
 
 

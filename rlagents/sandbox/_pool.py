@@ -1,0 +1,316 @@
+"""A pool of pre-started kernel sandboxes, for many short runs (host code, Linux).
+
+A kernel-mode run (`run_python`) spends most of its wall time not on the CPU but waiting: for
+`unshare` and a fresh interpreter to start, for the kernel to make the namespaces and mount the
+new root, and, after the code ends, for them to be torn down. A `SandboxPool` moves that waiting
+off the caller's path:
+
+* it keeps `size` workers started ahead: each is a whole kernel sandbox, built exactly as a
+  fresh run's (`unshare`, `_init.py` as process 1 of fresh pid, mount, network, IPC and UTS
+  namespaces, the new root, a private directory, per-run memory and pids cgroups), stopped just
+  before it forks the child, waiting for a run;
+* a run takes one worker, writes its files into the worker's directory, and sends the run's
+  settings (pinned files, which process 1 then bind-mounts read-only; the environment; the
+  limits; the seccomp filter; the cgroup limits); process 1 forks the child exactly as in a
+  fresh run (cgroups, rlimits, `nobody`, no new privileges, seccomp, the bootstrap's audit hook);
+* the result is read as soon as process 1 reports the child's status (every process of the run
+  is dead by then), and the worker's teardown (namespace exit, cgroups, directory) happens in the
+  background while the next run goes on.
+
+Every worker serves one run and is thrown away: a run never sees another run's directory,
+processes, files or interpreter state. The limits, the pinned-file hashes, the violations and the
+verdict are those of `run_python` (the same collection code); only the waiting moves.
+
+    with sandbox.SandboxPool(size=4) as pool:
+      result = pool.run_python("print(1)", limits=limits)
+      verdict = pool.run_tests(solution, tests, limits=limits)
+"""
+
+import concurrent.futures
+import contextlib
+import marshal
+import os
+import pwd
+import queue
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Mapping
+
+from rlagents.sandbox import _sandbox
+from rlagents.sandbox import _verdict
+
+_MAX_STDIN = 60 * 1024  # Below a pipe's buffer: written whole before the run starts.
+
+
+class _Worker:
+  """One pre-started sandbox, waiting for its run."""
+
+  def __init__(self, uid: int):
+    self.root = tempfile.mkdtemp(prefix="rlagents_sandbox_")
+    self.work = os.path.join(self.root, "work")
+    os.mkdir(self.work)
+    self.new_root = os.path.join(self.root, "root")
+    os.mkdir(self.new_root, 0o755)
+    self.cgroups = _sandbox._make_cgroups(_sandbox.SandboxLimits())  # pylint: disable=protected-access
+    self.report_read, self.report_write = os.pipe()
+    os.set_blocking(self.report_read, False)
+    self.status_read, status_write = os.pipe()
+    go_read, self.go_write = os.pipe()
+    stdin_read, self.stdin_write = os.pipe()
+    self.channel_fd = os.open(os.path.join(self.root, "channel"),
+                              os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    read_only, links = _sandbox._read_only_view()  # pylint: disable=protected-access
+    spec = {
+        "new_root": self.new_root, "work": self.work, "read_only": read_only,
+        "symlinks": links,
+        "devices": [d for d in _sandbox._DEVICES if os.path.exists(d)],  # pylint: disable=protected-access
+        "pinned": [], "argv": _sandbox._child_argv(self.work, self.report_write),  # pylint: disable=protected-access
+        "env": {}, "rlimits": [], "uid": uid, "gid": pwd.getpwuid(uid).pw_gid,
+        "wall_seconds": 1.0, "seccomp": None, "status_fd": status_write, "go_fd": go_read,
+        "cgroup_procs": [os.path.join(d, "cgroup.procs") for d in self.cgroups]}
+    argv = [shutil.which("unshare"), "--pid", "--mount", "--net", "--ipc", "--uts", "--fork",
+            "--kill-child", "--", sys.executable, "-I", "-S", "-B", _sandbox._INIT,  # pylint: disable=protected-access
+            marshal.dumps(spec).hex()]
+    with open(os.path.join(self.root, "stdout"), "wb") as out, open(
+        os.path.join(self.root, "stderr"), "wb") as err:
+      self.process = subprocess.Popen(
+          argv, stdin=stdin_read, stdout=out, stderr=err,
+          env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, cwd=self.root,
+          start_new_session=True,
+          pass_fds=(self.report_write, self.channel_fd, status_write, go_read))
+    for fd in (status_write, go_read, stdin_read):
+      os.close(fd)
+    if uid >= 0:
+      os.chown(self.work, uid, uid)
+
+  def close_fd(self, name: str) -> None:
+    """Closes the descriptor held in attribute `name` once (a number closed twice could by then
+    name another thread's file)."""
+    fd = getattr(self, name)
+    if fd >= 0:
+      setattr(self, name, -1)
+      os.close(fd)
+
+  def discard(self) -> None:
+    """Ends the worker (an empty message: it exits without running anything) and cleans up."""
+    self.close_fd("go_write")
+    self.close_fd("stdin_write")
+    self.finish()
+
+  def finish(self) -> None:
+    """Waits for the worker's processes to end, then removes its cgroups and directory."""
+    try:
+      self.process.wait(timeout=_sandbox._HOST_GRACE_SECONDS)  # pylint: disable=protected-access
+    except subprocess.TimeoutExpired:
+      pass
+    _sandbox._kill_group(self.process)  # pylint: disable=protected-access
+    for name in ("go_write", "stdin_write", "report_write", "channel_fd", "status_read",
+                 "report_read"):
+      self.close_fd(name)
+    _sandbox._remove_cgroups(self.cgroups)  # pylint: disable=protected-access
+    _sandbox._make_removable(self.root)  # pylint: disable=protected-access
+    shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _set_cgroup_limits(directories: list[str], limits: _sandbox.SandboxLimits) -> None:
+  values = {"memory.max": int(limits.memory_bytes), "memory.swap.max": 0,
+            "memory.limit_in_bytes": int(limits.memory_bytes),
+            "pids.max": int(limits.max_processes)}
+  for directory in directories:
+    for name, value in values.items():
+      path = os.path.join(directory, name)
+      if os.path.exists(path):
+        _sandbox._write_text(path, str(value))  # pylint: disable=protected-access
+
+
+class SandboxPool:
+  """Pre-started kernel sandboxes; `run_python` and `run_tests` as the module's functions.
+
+  Args:
+    size: workers kept started ahead (and runs that may go on at once).
+
+  Raises:
+    SandboxUnavailable: the kernel mode cannot run here (`run_python`'s message).
+  """
+
+  def __init__(self, size: int = 4):
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+      raise ValueError(f"SandboxPool.size must be an int >= 1, got {size!r}")
+    _sandbox._require_kernel()  # pylint: disable=protected-access
+    self.size = size
+    self._uid = _sandbox._user_id(_sandbox.SandboxLimits())  # pylint: disable=protected-access
+    self._ready: queue.Queue = queue.Queue()
+    self._starter = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sandbox-start")
+    self._cleaner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sandbox-clean")
+    self._lock = threading.Lock()
+    self._closed = False
+    self.runs = 0  # runs served (each by a worker of its own)
+    for _ in range(size):
+      self._starter.submit(self._start_one)
+
+  def _start_one(self) -> None:
+    with self._lock:
+      if self._closed:
+        return
+    try:
+      self._ready.put(_Worker(self._uid))
+    except BaseException as e:  # pylint: disable=broad-except
+      self._ready.put(e)
+
+  def _take(self) -> _Worker:
+    with self._lock:
+      if self._closed:
+        raise RuntimeError("the sandbox pool is closed")
+    worker = self._ready.get()
+    self._starter.submit(self._start_one)
+    if isinstance(worker, BaseException):
+      raise _sandbox.SandboxUnavailable(f"a pool worker could not start: {worker}")
+    return worker
+
+  def run_python(self, code: str, *, files: Mapping[str, str | bytes] | None = None,
+                 pinned: Mapping[str, str | bytes] | None = None,
+                 limits: _sandbox.SandboxLimits = _sandbox.SandboxLimits(), stdin: str = "",
+                 channel: bool = False) -> _sandbox.SandboxResult:
+    """As `sandbox.run_python`, in a pre-started worker (kernel mode only).
+
+    Args:
+      code: the Python source to run.
+      files: extra files the code may read and change.
+      pinned: files the code must not change, read-only, checked by sha256 after the run.
+      limits: the run's limits; `isolation` must be "kernel" (the pool's workers are).
+      stdin: text fed to the child's standard input (at most 60 KiB).
+      channel: give the child a result channel (see `run_python`).
+
+    Raises:
+      ValueError: `limits.isolation` is not "kernel", stdin is too long, or a bad file name.
+      SandboxUnavailable: as `run_python`.
+    """
+    if limits.isolation != "kernel":
+      raise ValueError("SandboxPool runs kernel-mode sandboxes; use sandbox.run_python for "
+                       f"isolation={limits.isolation!r}")
+    _sandbox._require_kernel()  # pylint: disable=protected-access
+    data = stdin.encode()
+    if len(data) > _MAX_STDIN:
+      raise ValueError(f"SandboxPool takes at most {_MAX_STDIN} bytes of stdin")
+    rlimits = _sandbox._rlimit_values(limits)  # pylint: disable=protected-access
+    seccomp = _sandbox._seccomp_program(limits)  # pylint: disable=protected-access
+    pinned_bytes = {_sandbox._safe_name(k): (v.encode() if isinstance(v, str) else v)  # pylint: disable=protected-access
+                    for k, v in (pinned or {}).items()}
+    digests = {name: _sandbox.sha256_of(value) for name, value in pinned_bytes.items()}
+    worker = self._take()
+    with self._lock:
+      self.runs += 1
+    try:
+      return self._run(worker, code, files or {}, pinned_bytes, digests, limits, rlimits,
+                       seccomp, data, channel)
+    finally:
+      self._cleaner.submit(worker.finish)
+
+  def _run(self, worker, code, files, pinned_bytes, digests, limits, rlimits, seccomp, stdin,
+           channel):
+    use_cgroup = limits.cgroup != "off" and bool(worker.cgroups)
+    if limits.cgroup == "require" and not worker.cgroups:
+      worker.discard()
+      raise _sandbox.SandboxUnavailable("SandboxLimits.cgroup='require' but no cgroup could be "
+                                        "made here")
+    _sandbox._prepare_work(worker.work, code, files, pinned_bytes, self._uid, worker.root)  # pylint: disable=protected-access
+    if use_cgroup:
+      _set_cgroup_limits(worker.cgroups, limits)
+    env = _sandbox._child_env(worker.work, pinned_bytes)  # pylint: disable=protected-access
+    if channel:
+      env["SANDBOX_CHANNEL_FD"] = str(worker.channel_fd)
+    os.write(worker.stdin_write, stdin)
+    worker.close_fd("stdin_write")
+    message = marshal.dumps({
+        "pinned": [os.path.join(worker.work, n) for n in pinned_bytes], "env": env,
+        "rlimits": rlimits, "wall_seconds": float(limits.wall_seconds), "seccomp": seccomp,
+        "use_cgroup": use_cgroup})
+    start = time.monotonic()
+    os.write(worker.go_write, message)
+    worker.close_fd("go_write")
+    # Process 1 reports once the child has ended and every process of the run is dead; the
+    # namespaces' teardown after that is the worker's `finish`, off this path.
+    ready, _, _ = select.select([worker.status_read], [], [],
+                                limits.wall_seconds + _sandbox._HOST_GRACE_SECONDS)  # pylint: disable=protected-access
+    violations = []
+    if not ready:
+      _sandbox._kill_group(worker.process)  # pylint: disable=protected-access
+    status = b""
+    while not status.endswith(b"\n"):
+      chunk = os.read(worker.status_read, 4096)
+      if not chunk:
+        break
+      status += chunk
+    wall = time.monotonic() - start
+    kind, _, value = status.decode(errors="replace").strip().partition(" ")
+    if kind == "timeout" or not ready:
+      violations.append(_sandbox.Violation("timeout", f"over {limits.wall_seconds} s wall clock"))
+      code_ = -signal.SIGKILL
+    elif kind == "exit":
+      code_ = int(value)
+    elif kind == "signal":
+      code_ = -int(value)
+    elif kind == "error":
+      raise _sandbox.SandboxUnavailable(f"the kernel sandbox could not be set up here: {value}")
+    else:
+      worker.process.wait()
+      raise _sandbox.SandboxUnavailable(
+          "the kernel sandbox ended without a status: " + _sandbox._read_capped(  # pylint: disable=protected-access
+              os.path.join(worker.root, "stderr"), 2000).strip()[-500:])
+    out_of_memory = _sandbox._cgroup_ran_out_of_memory(worker.cgroups)  # pylint: disable=protected-access
+    isolation = _sandbox._mode_name(seccomp is not None, use_cgroup)  # pylint: disable=protected-access
+    worker.close_fd("report_write")
+    worker.close_fd("channel_fd")
+    report_read = os.dup(worker.report_read)
+    return _sandbox._collect(worker.root, worker.work, limits, digests, violations, code_, wall,  # pylint: disable=protected-access
+                             isolation, out_of_memory, True, report_read)
+
+  def run_tests(self, solution: str, tests: Mapping[str, str], *,
+                limits: _sandbox.SandboxLimits = _sandbox.SandboxLimits()
+                ) -> _verdict.TestVerdict:
+    """As `sandbox.run_tests`, in a pre-started worker.
+
+    Args:
+      solution: the source of `solution.py`.
+      tests: pinned test modules (`assert <expression> == <literal>` tests).
+      limits: the run's limits (kernel mode).
+    """
+    return _verdict.run_tests(solution, tests, limits=limits, runner=self.run_python)
+
+  def close(self) -> None:
+    """Ends the waiting workers and waits for every teardown."""
+    with self._lock:
+      self._closed = True
+    self._starter.shutdown(wait=True)
+    while not self._ready.empty():
+      worker = self._ready.get()
+      if isinstance(worker, _Worker):
+        self._cleaner.submit(worker.discard)
+    self._cleaner.shutdown(wait=True)
+
+  def __enter__(self) -> "SandboxPool":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+
+@contextlib.contextmanager
+def pooled(pool: SandboxPool):
+  """Within the block, every kernel-mode `sandbox.run_python` (and so `run_tests`) of this
+  process, in any thread, runs in `pool` (e.g. to run a test suite through it).
+
+  Args:
+    pool: the pool to route runs to.
+  """
+  _sandbox._ROUTES.append(pool)  # pylint: disable=protected-access
+  try:
+    yield pool
+  finally:
+    _sandbox._ROUTES.remove(pool)  # pylint: disable=protected-access
