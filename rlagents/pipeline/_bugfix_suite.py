@@ -6,13 +6,14 @@ Each episode gets its own workspace (the buggy function) and guarded tools: `vie
 reward runs the hidden tests on it in a fresh sandbox (`rewards.bugfix_reward_terms`). SFT imitates
 the noisy scripted fixer; GRPO then trains on the hidden-test reward. Host code.
 
-Sandbox runs dominate a step's cost, so the suite keeps two economies, neither of which changes
-a result: a verdict is remembered per (code, tests), since the same code under the same pinned
-tests gets the same verdict (a group of GRPO episodes often submits the same fix); and a batch's
-hidden-test runs go on concurrently (each in its own fresh sandbox; a run mostly waits on the
-kernel setting up and tearing down its namespaces, not on the CPU).
+Sandbox runs dominate a step's cost, so the suite keeps three economies, none of which changes
+a result: kernel-mode runs go through a `sandbox.SandboxPool` of pre-started sandboxes (each
+run still in a fresh one, with every limit); a verdict is remembered per (code, tests), since
+the same code under the same pinned tests gets the same verdict (a group of GRPO episodes often
+submits the same fix); and a batch's hidden-test runs go on concurrently.
 """
 
+import atexit
 import collections
 import concurrent.futures
 import dataclasses
@@ -82,7 +83,12 @@ def bugfix_suite(config, data_dir: str) -> BugFixSuite:
   suite_config = config.bugfix
   limits = sandbox.SandboxLimits(cpu_seconds=2, wall_seconds=5, memory_bytes=256 * 2**20,
                                  isolation=config.sandbox_isolation)
-  runner = VerdictCache(tools_lib.default_runner(limits))
+  if config.sandbox_isolation == "kernel":
+    pool = sandbox.SandboxPool(size=_CONCURRENT_RUNS)
+    atexit.register(pool.close)
+    runner = VerdictCache(lambda solution, tests: pool.run_tests(solution, tests, limits=limits))
+  else:
+    runner = VerdictCache(tools_lib.default_runner(limits))
   eval_splits = ("heldout", "heldout_ood", "calibration")
   splits = {split: suites_tfds.load_split("bugfix", split, suite=suite_config,
                                           data_dir=data_dir)

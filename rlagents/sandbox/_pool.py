@@ -151,24 +151,53 @@ class SandboxPool:
     self._lock = threading.Lock()
     self._closed = False
     self.runs = 0  # runs served (each by a worker of its own)
+    self._busy = 0  # workers being started or torn down
     for _ in range(size):
-      self._starter.submit(self._start_one)
+      self._submit(self._starter, self._start_one)
 
   def _start_one(self) -> None:
-    with self._lock:
-      if self._closed:
-        return
     try:
-      self._ready.put(_Worker(self._uid))
-    except BaseException as e:  # pylint: disable=broad-except
-      self._ready.put(e)
+      with self._lock:
+        if self._closed:
+          return
+      try:
+        self._ready.put(_Worker(self._uid))
+      except BaseException as e:  # pylint: disable=broad-except
+        self._ready.put(e)
+    finally:
+      self._done()
+
+  def _done(self) -> None:
+    with self._lock:
+      self._busy -= 1
+
+  def _submit(self, executor, fn) -> None:
+    with self._lock:
+      self._busy += 1
+    executor.submit(fn)
+
+  def _finish(self, worker: _Worker) -> None:
+    try:
+      worker.finish()
+    finally:
+      self._done()
+
+  def wait_idle(self, timeout: float = 60.0) -> None:
+    """Waits until every worker is started and every finished one torn down (a benchmark
+    counts this work in the runs that caused it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+      with self._lock:
+        if self._busy == 0:
+          return
+      time.sleep(0.005)
 
   def _take(self) -> _Worker:
     with self._lock:
       if self._closed:
         raise RuntimeError("the sandbox pool is closed")
     worker = self._ready.get()
-    self._starter.submit(self._start_one)
+    self._submit(self._starter, self._start_one)
     if isinstance(worker, BaseException):
       raise _sandbox.SandboxUnavailable(f"a pool worker could not start: {worker}")
     return worker
@@ -210,7 +239,7 @@ class SandboxPool:
       return self._run(worker, code, files or {}, pinned_bytes, digests, limits, rlimits,
                        seccomp, data, channel)
     finally:
-      self._cleaner.submit(worker.finish)
+      self._submit(self._cleaner, lambda: self._finish(worker))
 
   def _run(self, worker, code, files, pinned_bytes, digests, limits, rlimits, seccomp, stdin,
            channel):
@@ -288,11 +317,11 @@ class SandboxPool:
     with self._lock:
       self._closed = True
     self._starter.shutdown(wait=True)
+    self._cleaner.shutdown(wait=True)
     while not self._ready.empty():
       worker = self._ready.get()
       if isinstance(worker, _Worker):
-        self._cleaner.submit(worker.discard)
-    self._cleaner.shutdown(wait=True)
+        worker.discard()
 
   def __enter__(self) -> "SandboxPool":
     return self
