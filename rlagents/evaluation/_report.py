@@ -22,6 +22,8 @@ def summarize_episodes(episodes: Sequence[Episode]) -> dict[str, float | None]:
     mean_reward: mean total reward.
     denied_calls: calls the guardrails refused (allow-list or review gate), in all.
     episodes: how many episodes.
+    reward_terms: the mean of each reward term the episodes carry (e.g. the bug-fix suite's
+      `test_runs` per episode and its detectors' flag rates).
   """
   if not episodes:
     raise ValueError("summarize_episodes needs at least one episode")
@@ -36,4 +38,6 @@ def summarize_episodes(episodes: Sequence[Episode]) -> dict[str, float | None]:
       "mean_reward": float(np.mean([e.reward for e in episodes])),
       "denied_calls": sum(r.status == tools_lib.CallStatus.DENIED for r in calls),
       "episodes": len(episodes),
+      "reward_terms": {name: float(np.mean([e.reward_terms.get(name, 0.0) for e in episodes]))
+                       for name in sorted({n for e in episodes for n in e.reward_terms})},
   }
