@@ -29,7 +29,15 @@ from rlagents.envs._connect_four_minimax import make_minimax_policy
 from rlagents.envs._connect_four_minimax import minimax_values
 from rlagents.envs._craftax import CraftaxEnv
 from rlagents.envs._gymnax import GymnaxEnv
+from rlagents.envs._keydoor_text import EFFECT_DOOR
+from rlagents.envs._keydoor_text import EFFECT_INVALID
+from rlagents.envs._keydoor_text import EFFECT_KEY
+from rlagents.envs._keydoor_text import EFFECT_NONE
+from rlagents.envs._keydoor_text import EFFECT_WASTED
 from rlagents.envs._keydoor_text import KeyDoorEpisode
+from rlagents.envs._keydoor_text import NUM_EFFECTS
+from rlagents.envs._keydoor_text import OBSERVATION_WIDTH
+from rlagents.envs._keydoor_text import parse_keydoor_action
 from rlagents.envs._keydoor_text import KeyDoorTextEnv
 from rlagents.envs._keydoor_text import Transition as KeyDoorTransition
 from rlagents.envs._maze import KeyDoorMaze
@@ -43,6 +51,7 @@ from rlagents.envs._pgx import render_connect_four
 from rlagents.envs._registry import ENVIRONMENTS
 from rlagents.envs._registry import make
 from rlagents.envs._text_env import compose_reward as compose_text_reward
+from rlagents.envs._text_env import join_pieces as join_text_pieces
 from rlagents.envs._text_env import TextEnvironment
 from rlagents.envs._turn_based import check_turn_based_environment
 from rlagents.envs._turn_based import MatchResult
@@ -60,6 +69,13 @@ from rlagents.envs._wrappers import Wrapper
 from rlagents.envs._wrappers import wrap_for_training
 
 __all__ = [
+    "EFFECT_DOOR",
+    "EFFECT_INVALID",
+    "EFFECT_KEY",
+    "EFFECT_NONE",
+    "EFFECT_WASTED",
+    "NUM_EFFECTS",
+    "OBSERVATION_WIDTH",
     "ENVIRONMENTS",
     "GAMES",
     "AutoReset",
@@ -94,11 +110,13 @@ __all__ = [
     "Wrapper",
     "check_action",
     "compose_text_reward",
+    "join_text_pieces",
     "check_environment",
     "check_turn_based_environment",
     "make",
     "make_game",
     "make_minimax_policy",
+    "parse_keydoor_action",
     "minimax_values",
     "play_games",
     "random_policy",

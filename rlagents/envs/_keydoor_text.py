@@ -48,10 +48,13 @@ class KeyDoorEpisode:
     correct: the episode answered on the goal.
     world: `[4]` int32, x, y, holds the key, door open (the real world's state).
     at_goal: the last observation says the agent is on the goal.
-    observation: `[32]` int32, the last observation's text (the prompt's start cell at first).
+    observation: `[32]` int32, the last observation of a valid call (the start cell's state text
+      at first): with the prompt, all a simulator needs to predict the next one.
     observation_length: int32 scalar.
     picked, opened: the key was picked up, the door opened (at any time).
     invalid_calls, wasted_calls: int32 counts.
+    uncertainty: float32, the largest `Transition.uncertainty` of its calls (0 in the real
+      world; a learned simulator's predictive entropy).
   """
   tokens: jax.Array
   length: jax.Array
@@ -71,6 +74,7 @@ class KeyDoorEpisode:
   opened: jax.Array
   invalid_calls: jax.Array
   wasted_calls: jax.Array
+  uncertainty: jax.Array
 
 
 @flax.struct.dataclass
@@ -82,12 +86,27 @@ class Transition:
     effect: one of the `EFFECT_*` codes.
     at_goal: bool, the agent stands on the goal afterwards.
     world: `[4]` int32, the world state afterwards (the simulator carries the old one).
+    uncertainty: float32, how unsure the transition is (0 for the real world).
   """
   observation: jax.Array
   observation_length: jax.Array
   effect: jax.Array
   at_goal: jax.Array
   world: jax.Array
+  uncertainty: jax.Array = 0.0
+
+
+def parse_keydoor_action(text: str) -> tools_lib.ToolCall:
+  """A call's text as a `ToolCall` when it is exactly one of `KeyDoorTextEnv.ACTIONS` (no
+  spaces around); the host tools' parser, matching `KeyDoorTextEnv.action_index`.
+
+  Raises:
+    tools.MalformedToolCall: anything else ('unknown action').
+  """
+  if text not in KeyDoorTextEnv.ACTIONS:
+    raise tools_lib.MalformedToolCall(KeyDoorTextEnv.UNKNOWN_ACTION)
+  name, _, rest = text.partition("(")
+  return tools_lib.ToolCall(name=name, arguments=rest[:-1])
 
 
 def _ids(tokenizer, text: str) -> np.ndarray:
@@ -213,7 +232,8 @@ class KeyDoorTextEnv:
         call_status=jnp.full(self.max_tool_calls, -1, jnp.int32), world=world,
         at_goal=jnp.bool_(False), observation=observation,
         observation_length=observation_length, picked=jnp.bool_(False),
-        opened=jnp.bool_(False), invalid_calls=jnp.int32(0), wasted_calls=jnp.int32(0))
+        opened=jnp.bool_(False), invalid_calls=jnp.int32(0), wasted_calls=jnp.int32(0),
+        uncertainty=jnp.float32(0.0))
 
   def action_index(self, call: jax.Array, call_length: jax.Array) -> jax.Array:
     """The index in `ACTIONS` of a call text `[W]` (exact match), or -1."""
@@ -262,7 +282,8 @@ class KeyDoorTextEnv:
                                             jnp.where(changed & is_open, EFFECT_DOOR,
                                                       EFFECT_NONE))))
     at_goal = (world[0] == layout[6]) & (world[1] == layout[7])
-    return Transition(observation, length, effect.astype(jnp.int32), at_goal, world)
+    return Transition(observation, length, effect.astype(jnp.int32), at_goal, world,
+                      jnp.float32(0.0))
 
   def step(self, episode: KeyDoorEpisode, segment: Any, key: jax.Array) -> KeyDoorEpisode:
     """Reads the segment, applies the call (or ends the episode), as `episodes.advance` does.
@@ -297,6 +318,7 @@ class KeyDoorTextEnv:
     applied = calls & fits  # a call whose observation does not fit still acted (as on the host)
     slot = jnp.where(calls, episode.num_calls, self.max_tool_calls)
     status = jnp.where(action >= 0, _OK, _MALFORMED)
+    acted = calls & (action >= 0)  # an error observation does not replace the last state
     return episode.replace(
         tokens=tokens,
         length=jnp.where(active, end + jnp.where(applied, obs_length, 0), episode.length),
@@ -307,12 +329,13 @@ class KeyDoorTextEnv:
         call_status=episode.call_status.at[slot].set(status, mode="drop"),
         world=jnp.where(calls, result.world, episode.world),
         at_goal=jnp.where(calls, result.at_goal, episode.at_goal),
-        observation=jnp.where(calls, result.observation, episode.observation),
-        observation_length=jnp.where(calls, body_length, episode.observation_length),
+        observation=jnp.where(acted, result.observation, episode.observation),
+        observation_length=jnp.where(acted, body_length, episode.observation_length),
         picked=episode.picked | (calls & (result.effect == EFFECT_KEY)),
         opened=episode.opened | (calls & (result.effect == EFFECT_DOOR)),
         invalid_calls=episode.invalid_calls + (calls & (result.effect == EFFECT_INVALID)),
         wasted_calls=episode.wasted_calls + (calls & (result.effect == EFFECT_WASTED)),
+        uncertainty=jnp.maximum(episode.uncertainty, jnp.where(calls, result.uncertainty, 0.0)),
     )
 
   def reward_terms(self, episode: KeyDoorEpisode) -> dict[str, jax.Array]:
@@ -321,10 +344,10 @@ class KeyDoorTextEnv:
             "picked_key": episode.picked.astype(jnp.float32),
             "opened_door": episode.opened.astype(jnp.float32),
             "invalid_calls": episode.invalid_calls.astype(jnp.float32),
-            "wasted_calls": episode.wasted_calls.astype(jnp.float32)}
+            "redundant_calls": episode.wasted_calls.astype(jnp.float32)}
 
   def compose_reward(self, terms: dict[str, jax.Array]) -> jax.Array:
     """`tasks.keydoor.compose_reward` with this environment's weights."""
     key, door, invalid, wasted = self.reward_weights
     return (terms["correct_answer"] + key * terms["picked_key"] + door * terms["opened_door"]
-            - invalid * terms["invalid_calls"] - wasted * terms["wasted_calls"])
+            - invalid * terms["invalid_calls"] - wasted * terms["redundant_calls"])

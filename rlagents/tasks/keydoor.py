@@ -45,7 +45,7 @@ ACTIONS = envs.KeyDoorTextEnv.ACTIONS
 UNKNOWN_ACTION = envs.KeyDoorTextEnv.UNKNOWN_ACTION
 EVENTS = envs.KeyDoorTextEnv.EVENTS
 ANSWER = "done"
-REWARD_TERMS = ("correct_answer", "picked_key", "opened_door", "invalid_calls", "wasted_calls")
+REWARD_TERMS = ("correct_answer", "picked_key", "opened_door", "invalid_calls", "redundant_calls")
 
 _HELDOUT_FRACTION = 0.1
 _CALIBRATION_FRACTION = 0.1
@@ -106,7 +106,8 @@ class KeyDoorSuiteConfig:
       back when `open()` fails).
     key_reward, door_reward: shaping for picking up the key and opening the door (once each).
     invalid_penalty: per call that is no action.
-    wasted_penalty: per call that changed nothing (blocked, nothing, cannot).
+    wasted_penalty: per call that changed nothing (blocked, nothing, cannot): the reward term
+      `redundant_calls`, as the report's figure of that name counts calls that added nothing.
   """
   seed: int = 0
   num_train: int = 4000
@@ -300,16 +301,7 @@ class _ActionTool:
     return self.world.act(f"{self.spec.name}({arguments})")
 
 
-def parse_action(text: str) -> tools_lib.ToolCall:
-  """A call's text as a `ToolCall` when it is exactly one of `ACTIONS` (no spaces around).
-
-  Raises:
-    tools.MalformedToolCall: anything else ('unknown action').
-  """
-  if text not in ACTIONS:
-    raise tools_lib.MalformedToolCall(UNKNOWN_ACTION)
-  name, _, rest = text.partition("(")
-  return tools_lib.ToolCall(name=name, arguments=rest[:-1])
+parse_action = envs.parse_keydoor_action
 
 
 def world_tools(world: World) -> list:
@@ -338,7 +330,7 @@ def reward_terms(episode: episodes_lib.Episode) -> dict[str, float]:
   correct = episode.answer is not None and at_goal(episode.task, world.state)
   return {"correct_answer": float(correct), "picked_key": float(world.picked),
           "opened_door": float(world.opened), "invalid_calls": float(invalid),
-          "wasted_calls": float(wasted)}
+          "redundant_calls": float(wasted)}
 
 
 def compose_reward(terms, config: KeyDoorSuiteConfig):
@@ -346,7 +338,7 @@ def compose_reward(terms, config: KeyDoorSuiteConfig):
   return (terms["correct_answer"] + config.key_reward * terms["picked_key"]
           + config.door_reward * terms["opened_door"]
           - config.invalid_penalty * terms["invalid_calls"]
-          - config.wasted_penalty * terms["wasted_calls"])
+          - config.wasted_penalty * terms["redundant_calls"])
 
 
 # ---- the scripted noisy expert ----

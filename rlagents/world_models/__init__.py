@@ -9,6 +9,11 @@
 The DreamerV3 techniques (symlog, two-hot, unimix, KL balancing with free bits, lambda-returns,
 percentile return scaling) are pure functions here; `rlagents.learners.dreamer` trains a model
 and an actor-critic in its imagination.
+
+For text environments, `TextWorldModelEnv` is a small decoder transformer trained on real
+key-door transitions from the audit log (`transitions_from_audit`, `fit_text_world_model`) that
+predicts the next observation, the call's effect and the goal, wrapped as the same
+`envs.TextEnvironment` the real world is (see `_text_simulator`).
 """
 
 from rlagents.world_models._functions import categorical_kl
@@ -32,8 +37,26 @@ from rlagents.world_models._rssm import WorldModel
 from rlagents.world_models._rssm import WorldModelConfig
 from rlagents.world_models._simulator import WorldModelEnv
 from rlagents.world_models._simulator import WorldModelEnvState
+from rlagents.world_models._text_simulator import HostPredictor as TextHostPredictor
+from rlagents.world_models._text_simulator import SimulatedWorld
+from rlagents.world_models._text_simulator import TextTransition
+from rlagents.world_models._text_simulator import TextWorldModelEnv
+from rlagents.world_models._text_simulator import encode_transitions as encode_text_transitions
+from rlagents.world_models._text_simulator import fit as fit_text_world_model
+from rlagents.world_models._text_simulator import model_config as text_world_model_config
+from rlagents.world_models._text_simulator import accuracy as text_world_model_accuracy
+from rlagents.world_models._text_simulator import transitions_from_audit
 
 __all__ = [
+    "SimulatedWorld",
+    "TextHostPredictor",
+    "TextTransition",
+    "TextWorldModelEnv",
+    "encode_text_transitions",
+    "fit_text_world_model",
+    "text_world_model_accuracy",
+    "text_world_model_config",
+    "transitions_from_audit",
     "MLPHead",
     "RSSMNetworks",
     "RSSMState",
