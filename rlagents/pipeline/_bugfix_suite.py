@@ -18,9 +18,7 @@ import collections
 import concurrent.futures
 import dataclasses
 import threading
-from typing import Mapping, Sequence
-
-import numpy as np
+from typing import Callable, Mapping, Sequence
 
 from rlagents import episodes as episodes_lib
 from rlagents import guardrails
@@ -68,14 +66,16 @@ class BugFixSuite(tasks_lib.TaskSuite):
 
   Attributes:
     characters: characters of code the policy's tokenizer needs beyond the built-in ones.
+    run_hidden: `run_hidden(episodes)` runs the hidden tests of the submitted episodes into the
+      verdict cache, concurrently; `score` then finds them there.
   """
   characters: str = ""
+  run_hidden: Callable[[Sequence[episodes_lib.Episode]], None] | None = None
 
   def score_all(self, episodes: Sequence[episodes_lib.Episode]) -> None:
-    with concurrent.futures.ThreadPoolExecutor(_CONCURRENT_RUNS) as pool:
-      scored = list(pool.map(self.score, episodes))
-    for episode, (reward, terms) in zip(episodes, scored):
-      episode.reward, episode.reward_terms = reward, terms
+    if self.run_hidden is not None:
+      self.run_hidden(episodes)
+    super().score_all(episodes)
 
 
 def bugfix_suite(config, data_dir: str) -> BugFixSuite:
@@ -104,23 +104,23 @@ def bugfix_suite(config, data_dir: str) -> BugFixSuite:
     return rewards.compose_bugfix_reward(terms, config.bugfix_reward), terms
 
   def play_fixer(tasks, rng, max_tool_calls):
-    # One generator per episode, drawn in order: the same episodes however the threads run.
-    seeds = rng.integers(2**63, size=len(tasks))
+    return bugfix_policies.play("fixer", tasks, toolbox_for=toolbox_for, rng=rng,
+                                max_tool_calls=max_tool_calls, fixer=suite_config.fixer)
 
-    def one(task_and_seed):
-      task, seed = task_and_seed
-      return bugfix_policies.play("fixer", [task], toolbox_for=toolbox_for,
-                                  rng=np.random.default_rng(seed),
-                                  max_tool_calls=max_tool_calls, fixer=suite_config.fixer)[0]
-
-    with concurrent.futures.ThreadPoolExecutor(_CONCURRENT_RUNS) as pool:
-      return list(pool.map(one, zip(tasks, seeds)))
+  def run_hidden(episodes):
+    # The code is read here, in one thread (Python's parser is not thread-safe in 3.11); only
+    # the sandbox runs go on at once.
+    jobs = {(tools_lib.edited_source(e.task.buggy_source, e.calls), e.task.hidden_tests)
+            for e in episodes if e.answer is not None}
+    with concurrent.futures.ThreadPoolExecutor(_CONCURRENT_RUNS) as threads:
+      list(threads.map(lambda job: runner(job[0], {bugfix.TEST_FILE: job[1]}), jobs))
 
   return BugFixSuite(
       name="bugfix", splits=splits, eval_splits=eval_splits, toolbox_for=toolbox_for,
       score=score, reward_terms=rewards.BUGFIX_TERMS, expert=play_fixer,
       detectors=("test_tampering", "special_casing", "code_padding", "redundant_calls"),
-      task_from_record=bugfix.from_record, sandboxed=True, characters=bugfix.CHARACTERS)
+      task_from_record=bugfix.from_record, sandboxed=True, characters=bugfix.CHARACTERS,
+      run_hidden=run_hidden)
 
 
 tasks_lib.register_suite("bugfix", bugfix_suite)

@@ -28,6 +28,7 @@ import dataclasses
 import json
 import os
 import re
+import threading
 from typing import Mapping
 
 from rlagents.sandbox import _sandbox
@@ -95,16 +96,28 @@ class TestVerdict:
     return self.run.isolation
 
 
+# CPython 3.11's AST constructor is not safe to run from several threads at once ("AST
+# constructor recursion depth mismatch"); `run_tests` may be called from threads (a pool's
+# callers), so its parsing is serialized.
+_AST_LOCK = threading.Lock()
+
+
 def split_pinned_test(name: str, source: str) -> tuple[str, dict[str, list]]:
   """(the module the sandbox gets, test name -> expected values) of one pinned test module.
 
   Each `test_*` function must hold only `assert <expression> == <literal>` statements (the
   literal is what `ast.literal_eval` reads); other statements at module level (imports,
-  helpers) are kept as they are.
+  helpers) are kept as they are. Safe to call from several threads.
 
   Raises:
     ValueError: naming the file, test and line of a statement of another form.
   """
+  with _AST_LOCK:
+    return _split_pinned_test(name, source)
+
+
+def _split_pinned_test(name: str, source: str) -> tuple[str, dict[str, list]]:
+  """`split_pinned_test`, unlocked."""
   try:
     tree = ast.parse(source, filename=name)
   except SyntaxError as e:
