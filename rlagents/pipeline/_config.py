@@ -32,6 +32,7 @@ from rlagents.tasks.keydoor import KeyDoorSuiteConfig
 from rlagents.tasks.retrieval import RetrievalSuiteConfig
 from rlagents.tasks.retrieval_expert import RetrievalExpertConfig
 from rlagents.tasks.scripted_policies import POLICIES
+from rlagents.world_models import ImaginationConfig
 
 ROLLOUT_MODES = ("host", "jit")
 RL_MODES = ("sync", "async")
@@ -199,6 +200,7 @@ class AgentJobConfig:
     bugfix: the bug-fix suite (`task='bugfix'`): sizes, held-out bug families, the noisy fixer.
     bugfix_reward: the bug-fix reward's weights (`rewards.BugFixRewardConfig`).
     keydoor: the key-door text world (`task='keydoor'`): sizes, expert noise, reward weights.
+    imagination: `algorithm='grpo_dyna'`: the learned simulator and its share of the groups.
     suite_reward: penalty weights of the retrieval and code-fix rewards.
     scripted_policy: '' to train a policy (calculator, retrieval), or a scripted policy
       (`scripted_policies.POLICIES`) to play on the retrieval or code-fix suite instead; the
@@ -233,6 +235,7 @@ class AgentJobConfig:
   bugfix: BugFixSuiteConfig = BugFixSuiteConfig()
   bugfix_reward: BugFixRewardConfig = BugFixRewardConfig()
   keydoor: KeyDoorSuiteConfig = KeyDoorSuiteConfig()
+  imagination: ImaginationConfig = ImaginationConfig()
   suite_reward: SuiteRewardConfig = SuiteRewardConfig()
   scripted_policy: str = ""
   model: TransformerConfig = dataclasses.field(default_factory=_default_model)

@@ -38,7 +38,9 @@ from rlagents.world_models._rssm import WorldModelConfig
 from rlagents.world_models._simulator import WorldModelEnv
 from rlagents.world_models._simulator import WorldModelEnvState
 from rlagents.world_models._text_simulator import HostPredictor as TextHostPredictor
+from rlagents.world_models._text_simulator import ImaginationConfig
 from rlagents.world_models._text_simulator import SimulatedWorld
+from rlagents.world_models._text_simulator import start_observation as text_start_observation
 from rlagents.world_models._text_simulator import TextTransition
 from rlagents.world_models._text_simulator import TextWorldModelEnv
 from rlagents.world_models._text_simulator import encode_transitions as encode_text_transitions
@@ -48,12 +50,14 @@ from rlagents.world_models._text_simulator import accuracy as text_world_model_a
 from rlagents.world_models._text_simulator import transitions_from_audit
 
 __all__ = [
+    "ImaginationConfig",
     "SimulatedWorld",
     "TextHostPredictor",
     "TextTransition",
     "TextWorldModelEnv",
     "encode_text_transitions",
     "fit_text_world_model",
+    "text_start_observation",
     "text_world_model_accuracy",
     "text_world_model_config",
     "transitions_from_audit",

@@ -167,8 +167,10 @@ def fit(model: networks.Transformer, data: dict[str, np.ndarray], *, steps: int,
   Returns:
     `(params, losses)`, the loss of every 50th step.
   """
+  if steps < 2 or batch_size < 1:
+    raise ValueError(f"fit needs steps >= 2 and batch_size >= 1, got {steps} and {batch_size}")
   optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(
-      optax.warmup_cosine_decay_schedule(0.0, learning_rate, min(100, steps), steps,
+      optax.warmup_cosine_decay_schedule(0.0, learning_rate, min(100, steps // 10), steps,
                                          learning_rate * 0.05), weight_decay=0.0))
   if params is None:
     params = model.init(jax.random.PRNGKey(seed), np.zeros((1, CONTEXT), np.int32),
@@ -361,3 +363,49 @@ class HostPredictor:
     context[:len(ids)] = ids
     obs, length, *_ = jax.device_get(self._run(context, np.int32(len(ids))))
     return self.tokenizer.decode(obs[:length])
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ImaginationConfig:
+  """GRPO with imagined episodes beside real ones (`algorithm='grpo_dyna'`).
+
+  Attributes:
+    fraction: of each step's prompt groups rolled out in the learned simulator; the rest in
+      the real environment.
+    fit_steps: updates of the simulator's first fit, on the real transitions in the audit log
+      when the phase starts (the SFT demonstrations at least).
+    refit_every: refit the simulator on the log's real transitions every this many steps.
+    refit_steps: updates of each refit (from the current parameters).
+    batch_size: transitions per simulator update.
+    learning_rate: the simulator's peak learning rate.
+    d_model, n_layers: the simulator's transformer.
+    uncertainty_threshold: an imagined group any of whose calls had a predictive entropy
+      (nats) above this is rolled out again in the real environment.
+    gap_margin: at every evaluation point, calibration success in imagination and in reality
+      (the same policy and key) differing by more than this raises the proxy-drift alarm.
+    stop_on_gap: after such an alarm, roll every group in the real environment.
+  """
+  fraction: float = 0.5
+  fit_steps: int = 1500
+  refit_every: int = 10
+  refit_steps: int = 200
+  batch_size: int = 64
+  learning_rate: float = 2e-3
+  d_model: int = 96
+  n_layers: int = 2
+  uncertainty_threshold: float = 1.0
+  gap_margin: float = 0.2
+  stop_on_gap: bool = False
+
+  def __post_init__(self):
+    if not 0.0 <= self.fraction <= 1.0:
+      raise ValueError(f"imagination.fraction must be in [0, 1], got {self.fraction}")
+    for name in ("fit_steps", "refit_steps"):
+      if getattr(self, name) < 2:
+        raise ValueError(f"imagination.{name} must be >= 2, got {getattr(self, name)}")
+    for name in ("refit_every", "batch_size", "d_model", "n_layers"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"imagination.{name} must be >= 1, got {getattr(self, name)}")
+    if self.uncertainty_threshold <= 0 or self.gap_margin < 0:
+      raise ValueError("imagination.uncertainty_threshold must be > 0 and gap_margin >= 0, got "
+                       f"{self.uncertainty_threshold} and {self.gap_margin}")

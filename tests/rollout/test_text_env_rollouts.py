@@ -13,6 +13,7 @@ from rlagents import learners
 from rlagents import networks
 from rlagents import rollout
 from rlagents import tools
+from rlagents import world_models
 from rlagents.tasks import keydoor
 
 TOKENIZER = hf.build_char_tokenizer()
@@ -86,3 +87,33 @@ def test_keydoor_world_in_both_modes(keydoor_policy):
       tokenizer=TOKENIZER, toolbox_for=keydoor.toolbox_for, max_tool_calls=10)
   assert decoded.mismatched_calls == 0
   assert [keydoor.reward_terms(e) for e in decoded.episodes] == terms
+
+
+@pytest.mark.slow
+def test_learned_simulator_in_both_modes(keydoor_policy):
+  """The simulator as a jitted environment and as host tools: the same tokens and masks."""
+  model, params, worlds = keydoor_policy
+  played = keydoor.run_expert_episodes(worlds, toolbox_for=keydoor.toolbox_for,
+                                       rng=np.random.default_rng(1), max_tool_calls=16,
+                                       config=SMALL_WORLDS)
+  transitions = [world_models.TextTransition(
+      e.task.prompt, before, f"{c.call.name}({c.call.arguments})", c.observation, 0,
+      c.observation.endswith(" goal"))
+      for e in played for before, c in zip(
+          [world_models.text_start_observation(e.task.prompt)]
+          + [c.observation for c in e.calls if c.status == tools.CallStatus.OK],
+          [c for c in e.calls if c.status == tools.CallStatus.OK])]
+  sim_model = networks.Transformer(world_models.text_world_model_config(len(TOKENIZER),
+                                                                          d_model=32))
+  sim_params, _ = world_models.fit_text_world_model(
+      sim_model, world_models.encode_text_transitions(transitions, TOKENIZER), steps=60)
+  task_list = worlds[:8]
+  real = keydoor.jax_env(task_list, TOKENIZER, rollout.RolloutConfig(
+      max_length=LENGTH, max_tool_calls=6, max_segment_tokens=16), SMALL_WORLDS)
+  env = world_models.TextWorldModelEnv.wrap(real, sim_model, sim_params, TOKENIZER)
+  predictor = world_models.TextHostPredictor(sim_model, sim_params, TOKENIZER)
+  host, ours = _both_modes(
+      model, params, task_list, env,
+      lambda task: world_models.SimulatedWorld(predictor, task).toolbox(), 6)
+  assert sum(c.status == tools.CallStatus.OK for e in host.episodes for c in e.calls) >= 1
+  assert np.all(np.asarray(ours.uncertainty) > 0)  # the model's entropy is recorded

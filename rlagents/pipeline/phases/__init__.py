@@ -1,10 +1,12 @@
-"""The job's phases, registered by name: SFT, GRPO (host or jit), PPO, DPO, KTO.
+"""The job's phases, registered by name: SFT, GRPO (host, jit, or with imagined episodes), PPO,
+DPO, KTO.
 
 `register_phase` adds one (`config.algorithm` then names it as the phase after SFT); the job's
 one loop (`pipeline.run_phase`) gives every phase the same cadence and guards. See `_base`.
 """
 
 from rlagents.pipeline.phases import grpo
+from rlagents.pipeline.phases import grpo_dyna
 from rlagents.pipeline.phases import grpo_jit
 from rlagents.pipeline.phases import offline
 from rlagents.pipeline.phases import ppo
@@ -41,6 +43,7 @@ __all__ = [
     "algorithms",
     "get_phase",
     "grpo",
+    "grpo_dyna",
     "grpo_jit",
     "offline",
     "phase_names",
