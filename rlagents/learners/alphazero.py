@@ -10,14 +10,18 @@ https://arxiv.org/abs/1911.08265) while the games are still played in the real e
     state, metrics = jax.jit(learner.iteration)(state)         # or make_data_parallel_iteration
 
 One iteration (`AlphaZeroLearner.iteration`), readable top to bottom:
-    SELF-PLAY  `num_games` games, `num_moves` moves each (`lax.scan`; a finished game restarts),
-               a search (`rlagents.search`) before every move; every `league_period`-th game is
+    SELF-PLAY  `num_moves` moves of each of `num_games` game slots (`lax.scan`), a search
+               (`rlagents.search`) before every move; a finished game restarts in its slot, and a
+               game still running at the end of the window goes on in the next iteration (the
+               games in progress are part of the state); every `league_period`-th game is
                played against a past self from the league instead (only the learner's moves
                become training targets there)
-    TARGETS    each move's search policy, and the game's outcome from the mover's side; moves of
-               games still running at the end of the window have no outcome and are not trained
     REPLAY     the iteration's block of `[num_moves, num_games]` samples replaces the oldest of
                `replay_iterations` blocks of an on-device buffer
+    TARGETS    each move's search policy, and the game's outcome from the mover's side, by a
+               reverse scan over the whole buffer in the order the moves were played, so a game
+               that ends in this iteration also gives its moves of earlier iterations their
+               outcome; moves of games still running have no outcome yet and are not trained
     UPDATE     `updates_per_iteration` Adam steps on minibatches drawn uniformly from the buffer:
                policy cross-entropy + value MSE (+ reward MSE over `unroll_steps` for MuZero)
     LEAGUE     every `league_add_every` iterations the parameters join the league (a ring of
@@ -62,9 +66,9 @@ class AlphaZeroConfig:
     model: 'true' (search over the real game: AlphaZero) or 'learned' (over a MuZero model).
     search: how each move is searched (`rlagents.search.SearchConfig`).
     num_games: games played side by side in self-play (the batch, split across devices).
-    num_moves: moves per game slot per iteration; a game that ends restarts in its slot. The
-      moves of a game still running when the window ends have no outcome and are not trained,
-      so this should be at least the game's usual length (Connect Four 42, Othello ~64).
+    num_moves: moves per game slot per iteration; a game that ends restarts in its slot, one
+      still running goes on in the next iteration. Its moves are trained once it ends, if
+      they are still in the buffer then (`replay_iterations * num_moves` moves per slot).
     replay_iterations: the buffer holds the samples of this many iterations.
     batch_size: samples per minibatch.
     updates_per_iteration: optimizer steps per iteration.
@@ -152,8 +156,9 @@ class Replay:
     action: `[C, T, B]` the move played.
     reward: `[C, T, B]` the mover's reward for it.
     game_end: `[C, T, B]` the move ended its game.
-    finished: `[C, T, B]` the game of the move ended within the block (its value is known).
+    finished: `[C, T, B]` the game of the move has ended (its value is known).
     learner_move: `[C, T, B]` the learner made the move (not a league opponent).
+    mover: `[C, T, B]` the player who made the move.
     filled: `[C]` the block holds samples.
   """
   obs: jax.Array
@@ -164,7 +169,27 @@ class Replay:
   game_end: jax.Array
   finished: jax.Array
   learner_move: jax.Array
+  mover: jax.Array
   filled: jax.Array
+
+
+@flax.struct.dataclass
+class Games:
+  """The self-play games in progress, one per slot; an iteration goes on from where the last one
+  stopped.
+
+  Attributes:
+    state: `[G]` the games' states.
+    turn: `[G]` their `envs.Turn`s.
+    learner_seat: `[G]` int32, the learner's player in a league game.
+    length: `[G]` int32, moves played in the game so far.
+    first_mover: `[G]` int32, the player who moved first in it.
+  """
+  state: Any
+  turn: envs.Turn
+  learner_seat: jax.Array
+  length: jax.Array
+  first_mover: jax.Array
 
 
 @flax.struct.dataclass
@@ -193,6 +218,7 @@ class AlphaZeroState:
     params: the network's parameters.
     opt_state: the optimizer's state.
     replay: the on-device replay buffer.
+    games: the `num_games` self-play games in progress.
     league: past selves (None when `league_size` is 0).
     key: uint32 key data of the next iteration's randomness.
     iteration: int32, iterations done.
@@ -200,6 +226,7 @@ class AlphaZeroState:
   params: Any
   opt_state: Any
   replay: Replay
+  games: Games
   league: League | None
   key: jax.Array
   iteration: jax.Array
@@ -216,9 +243,10 @@ class AlphaZeroLearner:
     model: what the search runs over (`rlagents.search.Model`).
     optimizer: clip_by_global_norm then AdamW.
     init: `key -> AlphaZeroState`.
-    self_play: `(params, game_keys [G, 2] uint32) -> samples`, the SELF-PLAY and TARGETS part of
-      an iteration without league games: a dict of `[num_moves, G, ...]` arrays (obs, policy,
-      value, finished, ...).
+    self_play: `(params, game_keys [G, 2] uint32) -> samples`, the SELF-PLAY part of an
+      iteration without league games, from new games started with `game_keys`, with the
+      outcome targets of the games that end in the window: a dict of `[num_moves, G, ...]`
+      arrays (obs, policy, value, finished, ...).
     iteration: `(state, game_keys=None) -> (state, metrics)`; see the module
       docstring. `game_keys` (`[num_games, 2]` uint32, this device's share under a device map)
       default to keys drawn from the state.
@@ -328,15 +356,24 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
   def psum(x):
     return x if axis_name is None else lax.psum(x, axis_name)
 
+  def new_games(game_keys) -> Games:
+    """Games at their first move, one per key (`[G, 2]` uint32); the learner's seat drawn."""
+    keys = jax.vmap(lambda k: jax.random.split(jax.random.wrap_key_data(k)))(game_keys)
+    state, turn = jax.vmap(game.reset)(keys[:, 0])
+    learner_seat = jax.vmap(jax.random.bernoulli)(keys[:, 1]).astype(jnp.int32)
+    return Games(state=state, turn=turn, learner_seat=learner_seat,
+                 length=jnp.zeros(game_keys.shape[0], jnp.int32), first_mover=turn.current_player)
+
   def init(key: jax.Array) -> AlphaZeroState:
-    network_key, key = jax.random.split(key)
+    network_key, games_key, key = jax.random.split(key, 3)
     params = network.init(network_key, jnp.zeros((1, *obs_shape), jnp.float32))
     zeros = lambda *shape, dtype=jnp.float32: jnp.zeros((capacity, moves, num_games, *shape),
                                                         dtype)
     replay = Replay(obs=zeros(*obs_shape), policy=zeros(num_actions), value=zeros(),
                     action=zeros(dtype=jnp.int32), reward=zeros(), game_end=zeros(dtype=bool),
                     finished=zeros(dtype=bool), learner_move=zeros(dtype=bool),
-                    filled=jnp.zeros(capacity, bool))
+                    mover=zeros(dtype=jnp.int32), filled=jnp.zeros(capacity, bool))
+    games = new_games(jax.random.key_data(jax.random.split(games_key, num_games)))
     league = None
     if use_league:
       league = League(
@@ -347,7 +384,8 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
           score_rate=jnp.full(config.league_size, 0.5, jnp.float32),
           next_slot=jnp.int32(0))
     return AlphaZeroState(params=params, opt_state=optimizer.init(params), replay=replay,
-                          league=league, key=jax.random.key_data(key), iteration=jnp.int32(0))
+                          games=games, league=league, key=jax.random.key_data(key),
+                          iteration=jnp.int32(0))
 
   def pick_opponent(league: League, key):
     """A league slot: by PFSP weight or the newest; -1 when the league is empty."""
@@ -359,13 +397,11 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
     return jnp.where(league.filled.any(), slot, -1)
 
   # SELF-PLAY
-  def self_play(params, opponent_params, league_game, game_keys):
-    """`num_moves` moves of this device's games; returns `[T, G]` samples and statistics."""
+  def self_play(params, opponent_params, league_game, games: Games, game_keys):
+    """`num_moves` moves of this device's games from `games`, the randomness of each from its
+    key; returns `[T, G]` samples (without outcome targets) and the games in progress."""
     g = game_keys.shape[0]
-    keys = jax.vmap(lambda k: jax.random.split(jax.random.wrap_key_data(k), 3))(game_keys)
-    start_keys, seat_keys, keys = keys[:, 0], keys[:, 1], keys[:, 2]
-    state, turn = jax.vmap(game.reset)(start_keys)
-    learner_seat = jax.vmap(jax.random.bernoulli)(seat_keys).astype(jnp.int32)
+    keys = jax.vmap(jax.random.wrap_key_data)(game_keys)
 
     def move(carry, t):
       state, turn, learner_seat, length, first_mover = carry
@@ -406,14 +442,15 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
       first_mover = jnp.where(game_end, next_turn.current_player, first_mover)
       return (next_state, next_turn, learner_seat, length, first_mover), sample
 
-    _, samples = lax.scan(move, (state, turn, learner_seat, jnp.zeros(g, jnp.int32),
-                                 turn.current_player),
-                          jnp.arange(moves))
+    carry, samples = lax.scan(move, (games.state, games.turn, games.learner_seat, games.length,
+                                     games.first_mover), jnp.arange(moves))
+    return samples, Games(*carry)
+
+  def targets(reward, game_end, mover):
+    """Outcome targets of `[T, B]` moves played in that order: (value, finished)."""
     same_mover_next = jnp.concatenate(
-        [samples["mover"][1:] == samples["mover"][:-1], jnp.zeros((1, g), bool)])
-    samples["value"], samples["finished"] = _outcome_targets(
-        samples["reward"], samples["game_end"], same_mover_next)
-    return samples
+        [mover[1:] == mover[:-1], jnp.zeros((1,) + mover.shape[1:], bool)])
+    return _outcome_targets(reward, game_end, same_mover_next)
 
   # UPDATE
   def az_loss(params, batch):
@@ -502,14 +539,21 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
       opponent_params = jax.tree.map(lambda m, p: jnp.where(slot >= 0, m, p), member,
                                      state.params)
       league_game = (jnp.arange(g) % config.league_period) == config.league_period - 1
-    samples = self_play(state.params, opponent_params, league_game, game_keys)
+    games = state.games
+    if axis_name is not None:
+      # This device's share of the games in progress.
+      first = lax.axis_index(axis_name) * local_games
+      games = jax.tree.map(lambda x: lax.dynamic_slice_in_dim(x, first, local_games), games)
+    samples, games = self_play(state.params, opponent_params, league_game, games, game_keys)
+    if axis_name is not None:
+      games = jax.tree.map(lambda x: lax.all_gather(x, axis_name, tiled=True), games)
 
     # Statistics of this device's games, summed over devices.
     ends = samples["game_end"]
-    games = psum(ends.sum())
-    metrics["games"] = games
-    metrics["game_length"] = psum(samples["game_length"].sum()) / jnp.maximum(games, 1)
-    metrics["score"] = psum(samples["first_player_reward"].sum()) / jnp.maximum(games, 1)
+    ended = psum(ends.sum())
+    metrics["games"] = ended
+    metrics["game_length"] = psum(samples["game_length"].sum()) / jnp.maximum(ended, 1)
+    metrics["score"] = psum(samples["first_player_reward"].sum()) / jnp.maximum(ended, 1)
     policy = samples["policy"]
     entropy = -(policy * jnp.log(jnp.maximum(policy, 1e-12))).sum(-1)
     metrics["policy_entropy"] = psum(entropy.sum()) / (moves * num_games)
@@ -533,11 +577,19 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
     block = state.iteration % capacity
     replay = state.replay
     new_block = {name: gather_games(samples[name]) for name in
-                 ("obs", "policy", "value", "action", "reward", "game_end", "finished",
-                  "learner_move")}
+                 ("obs", "policy", "action", "reward", "game_end", "learner_move", "mover")}
     replay = replay.replace(**{name: getattr(replay, name).at[block].set(value)
                                for name, value in new_block.items()},
                             filled=replay.filled.at[block].set(True))
+
+    # TARGETS over the whole buffer, oldest block first: the games carry on across blocks.
+    order = (block + 1 + jnp.arange(capacity)) % capacity
+    played = lambda x: x[order].reshape(capacity * moves, num_games)
+    value, finished = targets(played(replay.reward), played(replay.game_end),
+                              played(replay.mover))
+    unplayed = lambda x: jnp.zeros((capacity, moves, num_games), x.dtype).at[order].set(
+        x.reshape(capacity, moves, num_games))
+    replay = replay.replace(value=unplayed(value), finished=unplayed(finished))
     weight = (replay.filled[:, None, None] & replay.finished & replay.learner_move).reshape(-1)
     if config.model == "learned":
       # Unrolls also train on moves whose game did not end in the window (reward, dynamics).
@@ -578,12 +630,19 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
           next_slot=jnp.where(add, (slot_in + 1) % config.league_size, slot_in))
       metrics["league_members"] = league.filled.sum()
 
-    state = AlphaZeroState(params=params, opt_state=opt_state, replay=replay, league=league,
-                           key=jax.random.key_data(next_key), iteration=iteration_done)
+    state = AlphaZeroState(params=params, opt_state=opt_state, replay=replay, games=games,
+                           league=league, key=jax.random.key_data(next_key),
+                           iteration=iteration_done)
     return state, metrics
 
   def self_play_only(params, game_keys):
-    return self_play(params, params, jnp.zeros(game_keys.shape[0], bool), game_keys)
+    keys = jax.vmap(lambda k: jax.random.split(jax.random.wrap_key_data(k)))(game_keys)
+    samples, _ = self_play(params, params, jnp.zeros(game_keys.shape[0], bool),
+                           new_games(jax.random.key_data(keys[:, 0])),
+                           jax.random.key_data(keys[:, 1]))
+    samples["value"], samples["finished"] = targets(samples["reward"], samples["game_end"],
+                                                    samples["mover"])
+    return samples
 
   learner = AlphaZeroLearner(config=config, game=game, network=network, model=model,
                              optimizer=optimizer, init=init, self_play=self_play_only,

@@ -89,6 +89,56 @@ def test_resume_from_a_checkpoint_equals_the_uninterrupted_run(tmp_path):
   jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
 
 
+def test_games_carry_over_iterations_and_get_their_outcome_when_they_end():
+  # 5-move windows: no Connect Four game ends within one (a win takes 7 moves); the buffer holds
+  # 12 windows (60 moves per slot, more than a whole game).
+  config = tiny_config(num_games=8, num_moves=5, replay_iterations=12, league_size=0)
+  learner = alphazero.make_learner(config)
+  step = jax.jit(learner.iteration)
+  state = learner.init(jax.random.key(3))
+  state, metrics = step(state)
+  assert int(metrics["games"]) == 0 and int(metrics["replay_samples"]) == 0
+  trained = False
+  for _ in range(11):
+    state, metrics = step(state)
+    trained |= int(metrics["replay_samples"]) > 0 and not np.isnan(float(metrics["loss"]))
+  assert trained
+  replay = jax.device_get(state.replay)
+  assert replay.filled.all() and int(state.iteration) == 12
+  # The buffer's blocks in the order they were played: [60 moves, 8 slots].
+  played = lambda x: np.asarray(x).reshape((60, 8) + x.shape[3:])
+  obs, action, reward, end = (played(replay.obs), played(replay.action), played(replay.reward),
+                              played(replay.game_end))
+  value, finished, mover = played(replay.value), played(replay.finished), played(replay.mover)
+  game = learner.game
+  step_game = jax.jit(game.step)
+  checked = 0
+  for b in range(8):
+    ends = np.flatnonzero(end[:, b])
+    assert ends.size, f"slot {b}: no game ended in 60 moves"
+    e = ends[0]
+    assert e >= 6  # the first game of the slot spans at least two iterations
+    # It is one game, continued across the iteration boundaries: replaying its actions from a
+    # new game gives the recorded observations, and it ends where the record says.
+    state_b, turn = game.reset(jax.random.key(0))
+    for t in range(e + 1):
+      np.testing.assert_array_equal(turn.observation, obs[t, b])
+      state_b, next_turn = step_game(state_b, action[t, b], jax.random.key(t))
+      assert bool(next_turn.terminated | next_turn.truncated) == (t == e)
+      if t == e:
+        assert float(next_turn.rewards[turn.current_player]) == reward[e, b]
+      turn = next_turn
+    # Its targets: the outcome from each mover's side, on every move including those of the
+    # earlier iterations.
+    outcome = np.where(mover[:e + 1, b] == mover[e, b], reward[e, b], -reward[e, b])
+    np.testing.assert_array_equal(value[:e + 1, b], outcome)
+    assert finished[:e + 1, b].all()
+    # The game still running at the end has no outcome yet.
+    assert not finished[ends[-1] + 1:, b].any()
+    checked += 1
+  assert checked == 8
+
+
 def test_no_update_before_any_game_has_ended():
   # Two moves per window: no Connect Four game ends, so no sample has a value target.
   learner = alphazero.make_learner(tiny_config(num_moves=2, league_size=0))
