@@ -39,7 +39,7 @@ from rlagents.envs._keydoor_text import NUM_EFFECTS
 from rlagents.envs._keydoor_text import OBSERVATION_WIDTH
 from rlagents.envs._keydoor_text import parse_keydoor_action
 from rlagents.envs._keydoor_text import KeyDoorTextEnv
-from rlagents.envs._keydoor_text import Transition as KeyDoorTransition
+from rlagents.envs._keydoor_text import KeyDoorTransition
 from rlagents.envs._maze import KeyDoorMaze
 from rlagents.envs._maze import KeyDoorMazeState
 from rlagents.envs._maze import ProceduralKeyDoorMaze
@@ -50,8 +50,10 @@ from rlagents.envs._pgx import PgxGame
 from rlagents.envs._pgx import render_connect_four
 from rlagents.envs._registry import ENVIRONMENTS
 from rlagents.envs._registry import make
-from rlagents.envs._text_env import compose_reward as compose_text_reward
-from rlagents.envs._text_env import join_pieces as join_text_pieces
+from rlagents.envs._text_env import compose_text_reward
+from rlagents.envs._text_env import join_text_pieces
+from rlagents.envs._text_env import text_after_last
+from rlagents.envs._text_env import text_window
 from rlagents.envs._text_env import TextEnvironment
 from rlagents.envs._turn_based import check_turn_based_environment
 from rlagents.envs._turn_based import MatchResult
@@ -120,6 +122,8 @@ __all__ = [
     "minimax_values",
     "play_games",
     "random_policy",
+    "text_after_last",
+    "text_window",
     "render_connect_four",
     "wrap_for_training",
 ]

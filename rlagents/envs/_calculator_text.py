@@ -187,11 +187,11 @@ class CalculatorTextEnv:
 
   def _window(self, tokens, start, end):
     """`tokens[start:end]` as a `[W]` window padded with 0, and its length."""
-    return _text_env.window(tokens, start, end, self.max_segment_tokens, self.max_length)
+    return _text_env.text_window(tokens, start, end, self.max_segment_tokens, self.max_length)
 
   def _after_last(self, tokens, marker, start, end):
     """The text of `tokens[start:end]` after its last `marker` token (all of it if none)."""
-    return _text_env.after_last(tokens, marker, start, end, self.max_segment_tokens,
+    return _text_env.text_after_last(tokens, marker, start, end, self.max_segment_tokens,
                                 self.max_length)
 
   def _verifies(self, window, length, task):

@@ -53,7 +53,7 @@ class KeyDoorEpisode:
     observation_length: int32 scalar.
     picked, opened: the key was picked up, the door opened (at any time).
     invalid_calls, wasted_calls: int32 counts.
-    uncertainty: float32, the largest `Transition.uncertainty` of its calls (0 in the real
+    uncertainty: float32, the largest `KeyDoorTransition.uncertainty` of its calls (0 in the real
       world; a learned simulator's predictive entropy).
   """
   tokens: jax.Array
@@ -78,7 +78,7 @@ class KeyDoorEpisode:
 
 
 @flax.struct.dataclass
-class Transition:
+class KeyDoorTransition:
   """What one call led to.
 
   Attributes:
@@ -102,6 +102,9 @@ def parse_keydoor_action(text: str) -> tools_lib.ToolCall:
 
   Raises:
     tools.MalformedToolCall: anything else ('unknown action').
+
+  Args:
+    text: the text between `<call>` and `</call>`.
   """
   if text not in KeyDoorTextEnv.ACTIONS:
     raise tools_lib.MalformedToolCall(KeyDoorTextEnv.UNKNOWN_ACTION)
@@ -216,7 +219,7 @@ class KeyDoorTextEnv:
               (words[0], jnp.where(world[2] > 0, word_lengths[0], 0)),
               (words[1], jnp.where(world[3] > 0, word_lengths[1], 0)),
               (words[2], jnp.where(goal, word_lengths[2], 0))]
-    return _text_env.join_pieces(pieces, OBSERVATION_WIDTH)
+    return _text_env.join_text_pieces(pieces, OBSERVATION_WIDTH)
 
   def reset(self, task: jax.Array) -> KeyDoorEpisode:
     """A new episode of task `task` (int32 scalar)."""
@@ -246,7 +249,7 @@ class KeyDoorTextEnv:
     return jnp.where(jnp.any(same), jnp.argmax(same), -1)
 
   def transition(self, episode: KeyDoorEpisode, action: jax.Array, key: jax.Array
-                 ) -> Transition:
+                 ) -> KeyDoorTransition:
     """The real world's rules for one call (`tasks.keydoor.apply_action`); `action` -1 is no
     action (the error observation)."""
     del key
@@ -273,7 +276,7 @@ class KeyDoorTextEnv:
     state, state_length = self.state_text(episode.task, world)
     error, error_length = self._text("error")
     valid = action >= 0
-    observation, length = _text_env.join_pieces(
+    observation, length = _text_env.join_text_pieces(
         [(events[event], jnp.where(valid, event_lengths[event], 0)),
          (state, jnp.where(valid, state_length, 0)),
          (error[0], jnp.where(valid, 0, error_length[0]))], OBSERVATION_WIDTH)
@@ -282,7 +285,7 @@ class KeyDoorTextEnv:
                                             jnp.where(changed & is_open, EFFECT_DOOR,
                                                       EFFECT_NONE))))
     at_goal = (world[0] == layout[6]) & (world[1] == layout[7])
-    return Transition(observation, length, effect.astype(jnp.int32), at_goal, world,
+    return KeyDoorTransition(observation, length, effect.astype(jnp.int32), at_goal, world,
                       jnp.float32(0.0))
 
   def step(self, episode: KeyDoorEpisode, segment: Any, key: jax.Array) -> KeyDoorEpisode:
@@ -302,7 +305,7 @@ class KeyDoorTextEnv:
     answers = active & (segment.stop_token == self.special["</answer>"])
     calls = (active & (segment.stop_token == self.special["</call>"])
              & (episode.num_calls < self.max_tool_calls))
-    call, call_length = _text_env.after_last(tokens, self.special["<call>"], start, end - 1,
+    call, call_length = _text_env.text_after_last(tokens, self.special["<call>"], start, end - 1,
                                              self.max_segment_tokens, self.max_length)
     action = self.action_index(call, call_length)
     result = self.transition(episode, action, key)

@@ -59,32 +59,57 @@ class TextEnvironment(Protocol):
     """The finished episode's reward terms (float32 scalars), `correct_answer` among them."""
 
 
-def compose_reward(env: Any, terms: dict[str, jax.Array], default) -> jax.Array:
-  """`env.compose_reward(terms)` when the environment weighs its own terms, else `default(terms)`."""
+def compose_text_reward(env: Any, terms: dict[str, jax.Array], default) -> jax.Array:
+  """`env.compose_reward(terms)` when the environment weighs its own terms, else `default(terms)`.
+
+  Args:
+    env: a `TextEnvironment`.
+    terms: its `reward_terms` (a batch or one episode).
+    default: `default(terms) -> reward`, for an environment without `compose_reward`.
+  """
   own = getattr(env, "compose_reward", None)
   return own(terms) if own is not None else default(terms)
 
 
-def window(tokens: jax.Array, start: jax.Array, end: jax.Array, width: int,
+def text_window(tokens: jax.Array, start: jax.Array, end: jax.Array, width: int,
            max_length: int) -> tuple[jax.Array, jax.Array]:
-  """`tokens[start:end]` as a `[width]` window padded with 0, and its length (clipped)."""
+  """`tokens[start:end]` as a `[width]` window padded with 0, and its length (clipped).
+
+  Args:
+    tokens: `[max_length]` int32 buffer.
+    start, end: the span (int32 scalars).
+    width: the window's size.
+    max_length: the buffer's size.
+  """
   index = start + jnp.arange(width)
   out = jnp.where(index < end, tokens[jnp.clip(index, 0, max_length - 1)], 0)
   return out, jnp.clip(end - start, 0, width)
 
 
-def after_last(tokens: jax.Array, marker: int, start: jax.Array, end: jax.Array, width: int,
+def text_after_last(tokens: jax.Array, marker: int, start: jax.Array, end: jax.Array, width: int,
                max_length: int) -> tuple[jax.Array, jax.Array]:
-  """The text of `tokens[start:end]` after its last `marker` token (all of it if none)."""
+  """The text of `tokens[start:end]` after its last `marker` token (all of it if none).
+
+  Args:
+    tokens: `[max_length]` int32 buffer.
+    marker: a token id.
+    start, end: the span searched (int32 scalars).
+    width: the returned window's size.
+    max_length: the buffer's size.
+  """
   index = jnp.arange(max_length)
   is_marker = (tokens == marker) & (index >= start) & (index < end)
   last = jnp.max(jnp.where(is_marker, index, start - 1))
-  return window(tokens, last + 1, end, width, max_length)
+  return text_window(tokens, last + 1, end, width, max_length)
 
 
-def join_pieces(pieces, width: int) -> tuple[jax.Array, jax.Array]:
-  """Concatenates `(tokens [w_i], length)` pieces into a `[width]` buffer (0-padded), and its
-  length; what does not fit is dropped."""
+def join_text_pieces(pieces, width: int) -> tuple[jax.Array, jax.Array]:
+  """Concatenates token pieces into a `[width]` buffer (0-padded), and its length.
+
+  Args:
+    pieces: `(tokens [w_i], length)` pairs; only the first `length` tokens of each are kept.
+    width: the buffer's size; what does not fit is dropped.
+  """
   out = jnp.zeros(width, jnp.int32)
   offset = jnp.int32(0)
   for tokens, length in pieces:

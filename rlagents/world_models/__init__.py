@@ -37,16 +37,16 @@ from rlagents.world_models._rssm import WorldModel
 from rlagents.world_models._rssm import WorldModelConfig
 from rlagents.world_models._simulator import WorldModelEnv
 from rlagents.world_models._simulator import WorldModelEnvState
-from rlagents.world_models._text_simulator import HostPredictor as TextHostPredictor
+from rlagents.world_models._text_simulator import TextHostPredictor
 from rlagents.world_models._text_simulator import ImaginationConfig
 from rlagents.world_models._text_simulator import SimulatedWorld
-from rlagents.world_models._text_simulator import start_observation as text_start_observation
+from rlagents.world_models._text_simulator import text_start_observation
 from rlagents.world_models._text_simulator import TextTransition
 from rlagents.world_models._text_simulator import TextWorldModelEnv
-from rlagents.world_models._text_simulator import encode_transitions as encode_text_transitions
-from rlagents.world_models._text_simulator import fit as fit_text_world_model
-from rlagents.world_models._text_simulator import model_config as text_world_model_config
-from rlagents.world_models._text_simulator import accuracy as text_world_model_accuracy
+from rlagents.world_models._text_simulator import encode_text_transitions
+from rlagents.world_models._text_simulator import fit_text_world_model
+from rlagents.world_models._text_simulator import text_world_model_config
+from rlagents.world_models._text_simulator import text_world_model_accuracy
 from rlagents.world_models._text_simulator import transitions_from_audit
 
 __all__ = [

@@ -5,7 +5,8 @@ layout), the last observation of a valid call (the state) and the call, and writ
 observation, the call's effect (what the reward sees: nothing, the key, the door, wasted) and
 whether the agent then stands on the goal (what `done` and success are read from):
 
-    <bos>{prompt}<obs>{last observation}</obs><call>{action}</call>  ->  <obs>{next}</obs>{e}{g}<eos>
+    <bos>{prompt}<obs>{last observation}</obs><call>{action}</call>
+        ->  <obs>{next}</obs>{e}{g}<eos>
 
 with `e` the effect digit (`envs.EFFECT_*`) and `g` 0 or 1. It is trained on real transitions
 read from the audit log (`transitions_from_audit`), only on the written part (teacher forcing),
@@ -42,7 +43,16 @@ OUTPUT = 40    # <obs> + 32 + </obs> + effect + goal + <eos>, rounded up
 
 @dataclasses.dataclass(frozen=True)
 class TextTransition:
-  """One real transition: the layout, the state before, the call, and what followed."""
+  """One real transition: the layout, the state before, the call, and what followed.
+
+  Attributes:
+    prompt: the world's prompt (its layout).
+    observation: the last observation of a valid call before this one (the state).
+    action: the call, one of `envs.KeyDoorTextEnv.ACTIONS`.
+    next_observation: the observation the call returned.
+    effect: `envs.EFFECT_*`, what the reward saw.
+    at_goal: the agent stood on the goal afterwards.
+  """
   prompt: str
   observation: str
   action: str
@@ -62,8 +72,12 @@ def _effect(before: str, after: str) -> int:
   return envs.EFFECT_NONE
 
 
-def start_observation(prompt: str) -> str:
-  """The state text of a world's first cell, read from its prompt (`... at x,y`)."""
+def text_start_observation(prompt: str) -> str:
+  """The state text of a world's first cell, read from its prompt (`... at x,y`).
+
+  Args:
+    prompt: a key-door task's prompt.
+  """
   return prompt.rsplit(" at ", 1)[1]
 
 
@@ -84,7 +98,7 @@ def transitions_from_audit(path: str, *, suite: str = "keydoor",
         continue
       if record.get("imagined") and not imagined:
         continue
-      last = start_observation(record["prompt"])
+      last = text_start_observation(record["prompt"])
       for action in record["actions"]:
         if action["kind"] != "call" or action["status"] != "ok":
           continue
@@ -96,12 +110,16 @@ def transitions_from_audit(path: str, *, suite: str = "keydoor",
   return out
 
 
-def encode_transitions(transitions: Sequence[TextTransition], tokenizer
+def encode_text_transitions(transitions: Sequence[TextTransition], tokenizer
                        ) -> dict[str, np.ndarray]:
   """`tokens [N, CONTEXT]` and `loss_mask` (1 on the written part) of transitions.
 
   Raises:
     ValueError: a transition does not fit in `CONTEXT` tokens.
+
+  Args:
+    transitions: the real transitions.
+    tokenizer: the character tokenizer.
   """
   tokens = np.zeros((len(transitions), CONTEXT), np.int32)
   mask = np.zeros((len(transitions), CONTEXT), np.float32)
@@ -122,15 +140,21 @@ def _context_text(prompt: str, observation: str, action: str) -> str:
           f"{episodes_lib.CALL_OPEN}{action}{episodes_lib.CALL_CLOSE}")
 
 
-def model_config(vocab_size: int, *, d_model: int = 96, n_layers: int = 2
+def text_world_model_config(vocab_size: int, *, d_model: int = 96, n_layers: int = 2
                  ) -> networks.TransformerConfig:
-  """The simulator's transformer (the policy's architecture, smaller)."""
+  """The simulator's transformer (the policy's architecture, smaller).
+
+  Args:
+    vocab_size: the tokenizer's size.
+    d_model: the width.
+    n_layers: the depth.
+  """
   return networks.TransformerConfig(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers,
                                     n_heads=4, n_kv_heads=2, d_ff=3 * d_model, max_len=CONTEXT)
 
 
 @flax.struct.dataclass
-class SimulatorState:
+class _SimulatorState:
   """The simulator's parameters and optimizer state."""
   params: Any
   opt_state: Any
@@ -147,25 +171,34 @@ def _loss(params, model, batch):
   return -(target * mask).sum() / jnp.maximum(mask.sum(), 1.0)
 
 
-def make_fit_step(model: networks.Transformer, optimizer: optax.GradientTransformation):
+def _make_fit_step(model: networks.Transformer, optimizer: optax.GradientTransformation):
   """`step(state, batch) -> (state, metrics)`: one teacher-forced update; jitted, pure."""
 
-  def step(state: SimulatorState, batch):
+  def step(state: _SimulatorState, batch):
     loss, grads = jax.value_and_grad(_loss)(state.params, model, batch)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    return SimulatorState(params, opt_state, state.step + 1), {"world_model/nll": loss}
+    return _SimulatorState(params, opt_state, state.step + 1), {"world_model/nll": loss}
 
   return jax.jit(step, donate_argnums=(0,))
 
 
-def fit(model: networks.Transformer, data: dict[str, np.ndarray], *, steps: int,
-        batch_size: int = 64, learning_rate: float = 2e-3, seed: int = 0,
-        params: Any = None) -> tuple[Any, list[float]]:
+def fit_text_world_model(model: networks.Transformer, data: dict[str, np.ndarray], *,
+                         steps: int, batch_size: int = 64, learning_rate: float = 2e-3,
+                         seed: int = 0, params: Any = None) -> tuple[Any, list[float]]:
   """Trains (or refits, from `params`) the simulator on encoded transitions; host loop.
 
   Returns:
     `(params, losses)`, the loss of every 50th step.
+
+  Args:
+    model: the simulator's `networks.Transformer`.
+    data: `encode_text_transitions` output.
+    steps: updates (>= 2).
+    batch_size: transitions per update.
+    learning_rate: peak AdamW learning rate (warm-up, cosine decay).
+    seed: initialisation and batch order.
+    params: start from these (a refit), or None for a fresh model.
   """
   if steps < 2 or batch_size < 1:
     raise ValueError(f"fit needs steps >= 2 and batch_size >= 1, got {steps} and {batch_size}")
@@ -175,8 +208,8 @@ def fit(model: networks.Transformer, data: dict[str, np.ndarray], *, steps: int,
   if params is None:
     params = model.init(jax.random.PRNGKey(seed), np.zeros((1, CONTEXT), np.int32),
                         np.arange(CONTEXT)[None])
-  state = SimulatorState(params, optimizer.init(params), jnp.int32(0))
-  step = make_fit_step(model, optimizer)
+  state = _SimulatorState(params, optimizer.init(params), jnp.int32(0))
+  step = _make_fit_step(model, optimizer)
   rng = np.random.default_rng(seed)
   losses = []
   for i in range(steps):
@@ -187,7 +220,7 @@ def fit(model: networks.Transformer, data: dict[str, np.ndarray], *, steps: int,
   return state.params, losses
 
 
-def predict(model: networks.Transformer, params, context: jax.Array, length: jax.Array
+def _predict(model: networks.Transformer, params, context: jax.Array, length: jax.Array
             ) -> tuple[jax.Array, jax.Array]:
   """Greedy continuation of one context `[CONTEXT]` (valid `length`): `(tokens [OUTPUT],
   max per-token entropy)`; pure."""
@@ -208,11 +241,19 @@ def predict(model: networks.Transformer, params, context: jax.Array, length: jax
   return out, entropy
 
 
-def accuracy(model: networks.Transformer, params, transitions: Sequence[TextTransition],
-             tokenizer, *, batch_size: int = 256) -> dict[str, float]:
-  """Exact next-observation match, effect (reward) and goal (done) accuracy on transitions."""
+def text_world_model_accuracy(model: networks.Transformer, params,
+                              transitions: Sequence[TextTransition], tokenizer, *,
+                              batch_size: int = 256) -> dict[str, float]:
+  """Exact next-observation match, effect (reward) and goal (done) accuracy on transitions.
+
+  Args:
+    model, params: the simulator.
+    transitions: real transitions (held out from its training).
+    tokenizer: the character tokenizer.
+    batch_size: predictions per compiled call.
+  """
   env = _ParseTables.make(tokenizer)
-  run = jax.jit(jax.vmap(lambda c, n: _parse(env, *predict(model, params, c, n))))
+  run = jax.jit(jax.vmap(lambda c, n: _parse(env, *_predict(model, params, c, n))))
   hits = {"observation": 0, "effect": 0, "at_goal": 0, "all": 0}
   for start in range(0, len(transitions), batch_size):
     chunk = transitions[start:start + batch_size]
@@ -270,6 +311,11 @@ def _parse(tables: _ParseTables, out: jax.Array, entropy: jax.Array):
 class TextWorldModelEnv(envs.KeyDoorTextEnv):
   """`envs.KeyDoorTextEnv` whose transition is the learned simulator's; see the module doc.
 
+  Attributes:
+    model, params, tables: the simulator and its output parser; the rest is
+      `envs.KeyDoorTextEnv`'s (prompts, prompt_lengths, layouts, texts, special, max_length,
+      max_tool_calls, max_segment_tokens, reward_weights).
+
   Build with `wrap(real_env, model, params, tokenizer)`. Its episodes' `world` stays the start
   state (the model's state is the text); `uncertainty` is the largest predictive entropy of
   any transition the model made in the episode.
@@ -303,7 +349,7 @@ class TextWorldModelEnv(envs.KeyDoorTextEnv):
     context, length = envs.join_text_pieces(
         [(context, length), (actions[a], action_lengths[a]),
          (jnp.array([self.special["</call>"]], jnp.int32), jnp.int32(1))], CONTEXT)
-    out, entropy = predict(self.model, self.params, context, length)
+    out, entropy = _predict(self.model, self.params, context, length)
     observation, obs_length, effect, at_goal, entropy = _parse(self.tables, out, entropy)
     real = super().transition(episode, action, key=None)  # the parser's error text only
     valid = action >= 0
@@ -318,21 +364,27 @@ class TextWorldModelEnv(envs.KeyDoorTextEnv):
 class SimulatedWorld:
   """The learned simulator on the host, as the tools of one episode (`move`, `pick`, `open`).
 
+  Args:
+    predictor: a `TextHostPredictor`.
+    task: the key-door task of the episode.
+
   For checks and for host rollouts in imagination: each valid call asks the same jitted
   prediction `TextWorldModelEnv` makes in jit, on the same context, so both rollout modes
   write the same tokens. `toolbox()` gives the tools with the key-door call parser.
   """
 
-  def __init__(self, predictor: "HostPredictor", task):
+  def __init__(self, predictor: "TextHostPredictor", task):
     self.predictor, self.prompt = predictor, task.prompt
-    self.last = start_observation(task.prompt)
+    self.last = text_start_observation(task.prompt)
 
   def act(self, action: str) -> str:
+    """The predicted observation after `action` (one of the actions); it becomes the state."""
     observation = self.predictor(self.prompt, self.last, action)
     self.last = observation
     return observation
 
   def toolbox(self) -> tools_lib.ToolBox:
+    """The tools of this episode, with the key-door call parser (unguarded)."""
     return tools_lib.ToolBox([_SimulatedTool(self, n) for n in ("move", "pick", "open")],
                              parser=envs.parse_keydoor_action)
 
@@ -348,13 +400,18 @@ class _SimulatedTool:
     return self.world.act(f"{self.spec.name}({arguments})")
 
 
-class HostPredictor:
-  """`predictor(prompt, last_observation, action) -> next observation text`; host code."""
+class TextHostPredictor:
+  """`predictor(prompt, last_observation, action) -> next observation text`; host code.
+
+  Args:
+    model, params: the simulator.
+    tokenizer: the character tokenizer.
+  """
 
   def __init__(self, model: networks.Transformer, params, tokenizer):
     self.tokenizer = tokenizer
     tables = _ParseTables.make(tokenizer)
-    self._run = jax.jit(lambda c, n: _parse(tables, *predict(model, params, c, n)))
+    self._run = jax.jit(lambda c, n: _parse(tables, *_predict(model, params, c, n)))
 
   def __call__(self, prompt: str, observation: str, action: str) -> str:
     ids = self.tokenizer.encode(_context_text(prompt, observation, action),
