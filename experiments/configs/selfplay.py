@@ -73,6 +73,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.final_minimax_depth = 4
   config.checkpoint_every = 50
   config.num_devices = 1
+  # Connect Four is symmetric left to right: half of each minibatch is mirrored.
+  config.az.mirror = game == "connect_four"
 
   if game != "connect_four":
     config.eval_minimax_depths = ()

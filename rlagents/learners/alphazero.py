@@ -85,6 +85,9 @@ class AlphaZeroConfig:
     league_period: every `league_period`-th game of a device's games is a league game (> 1).
     league_add_every: iterations between additions to the league.
     opponent_sampling: 'pfsp' or 'recent'.
+    mirror: Connect Four only: every other sample of a minibatch is mirrored left to right
+      (the board, the policy's columns, the unrolled moves), a symmetry of the game, so the
+      network learns both sides of each position.
   """
   game: str = "connect_four"
   model: str = "true"
@@ -107,6 +110,7 @@ class AlphaZeroConfig:
   league_period: int = 4
   league_add_every: int = 10
   opponent_sampling: str = "pfsp"
+  mirror: bool = False
 
   def __post_init__(self):
     object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
@@ -116,6 +120,9 @@ class AlphaZeroConfig:
       raise ValueError(f"Unknown game {self.game!r}; valid choices: {envs.GAMES}.")
     if self.model not in MODELS:
       raise ValueError(f"AlphaZeroConfig.model must be one of {MODELS}, got {self.model!r}")
+    if self.mirror and self.game != "connect_four":
+      raise ValueError(f"AlphaZeroConfig.mirror is a Connect Four symmetry; game is "
+                       f"{self.game!r}")
     if self.opponent_sampling not in OPPONENT_SAMPLING:
       raise ValueError(f"AlphaZeroConfig.opponent_sampling must be one of {OPPONENT_SAMPLING}, "
                        f"got {self.opponent_sampling!r}")
@@ -374,6 +381,9 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
                     finished=zeros(dtype=bool), learner_move=zeros(dtype=bool),
                     mover=zeros(dtype=jnp.int32), filled=jnp.zeros(capacity, bool))
     games = new_games(jax.random.key_data(jax.random.split(games_key, num_games)))
+    # Copies: the turn shares arrays with the game's state, and two leaves of one buffer
+    # cannot both be donated to a jitted iteration.
+    games = jax.tree.map(lambda x: jnp.array(x, copy=True), games)
     league = None
     if use_league:
       league = League(
@@ -513,6 +523,14 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
 
   loss_fn = az_loss if config.model == "true" else muzero_loss
 
+  def mirror_odd(batch, position):
+    """Mirrors the Connect Four samples at odd minibatch `position`s ([M]) left to right."""
+    odd = position % 2 == 1
+    flips = {"obs": lambda x: x[..., ::-1, :], "policy": lambda x: x[..., ::-1],
+             "action": lambda x: num_actions - 1 - x}
+    return {name: _select(odd, flips[name](x), x) if name in flips else x
+            for name, x in batch.items()}
+
   def train_step(carry, batch):
     params, opt_state = carry
     grads, metrics = jax.grad(loss_fn, has_aux=True)(params, batch)
@@ -605,6 +623,11 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
       index = lax.dynamic_slice_in_dim(index, lax.axis_index(axis_name) * local_batch,
                                        local_batch, axis=1)
     batches = jax.vmap(lambda i: gather_batch(replay, i))(index)
+    if config.mirror:
+      position = jnp.arange(local_batch)
+      if axis_name is not None:
+        position = position + lax.axis_index(axis_name) * local_batch
+      batches = jax.vmap(lambda batch: mirror_odd(batch, position))(batches)
     (params, opt_state), loss_metrics = lax.scan(train_step, (state.params, state.opt_state),
                                                  batches)
     # No trainable sample yet (no game ended in any window: `num_moves` shorter than the games):

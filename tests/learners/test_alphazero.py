@@ -42,6 +42,8 @@ def test_config_errors_name_the_field():
     alphazero.AlphaZeroConfig(model="imagined")
   with pytest.raises(ValueError, match="not divisible by league_period"):
     alphazero.AlphaZeroConfig(num_games=10, league_period=4)
+  with pytest.raises(ValueError, match="mirror is a Connect Four symmetry; game is 'othello'"):
+    alphazero.AlphaZeroConfig(game="othello", mirror=True)
   with pytest.raises(ValueError, match="opponent_sampling"):
     alphazero.AlphaZeroConfig(opponent_sampling="uniform")
   with pytest.raises(ValueError, match="not divisible by the 3 devices"):
@@ -50,7 +52,8 @@ def test_config_errors_name_the_field():
 
 def test_one_and_eight_devices_give_equal_iterations():
   assert jax.device_count() >= 8
-  config = tiny_config()
+  # Mirrored minibatch samples too: the same ones on one device and on eight.
+  config = tiny_config(mirror=True)
   learner = alphazero.make_learner(config)
   single = jax.jit(learner.iteration)
   mesh = parallel.make_mesh(parallel.MeshConfig(data=8), devices=jax.devices()[:8])
