@@ -1,7 +1,7 @@
 """The bug-fix suite's reward and its hacking detectors (host code).
 
     reward = w_correct   * [the hidden tests pass on the submitted code]
-           + w_useful    * min(useful calls, max_useful_calls)
+           + w_useful    * min(useful calls, max_useful_calls)      (on a correct episode)
            + w_redundant * (redundant calls)
            + w_invalid   * (invalid calls)
            + w_recovery  * [a visible-test run failed, and the hidden tests pass at the end]
@@ -13,9 +13,16 @@ A useful call ran and moved the episode on: an edit that changed the code to a v
 episode had not had before (and parsed: the tool refuses one that does not), or a test run of a
 version not tested before, after an edit. A redundant call repeats what the episode already
 knows: a test run of a version already tested, a `view` of an unchanged code (the prompt is the
-first view), an edit back to an earlier version. Useful calls are capped, so a failing episode
-earns at most `w_useful * max_useful_calls`, below a correct one: shaping alone never pays more
-than solving.
+first view), an edit back to an earlier version.
+
+Useful calls are paid on correct episodes only (`useful_calls_need_success`, default on), as the
+recovery bonus is: paid on every episode, they were the first thing GRPO learned to farm. In the
+first training run (docs/experiments.md) the policy learned to edit and run the tests up to the
+call limit without ever submitting (unanswered 0.18 -> 0.92 of held-out episodes), which earns
+the capped +0.6 every time: mean reward rose 0.26 -> 0.49 while held-out success fell 0.039 ->
+0.016. Gated, a failing episode earns nothing but its penalties, and the process terms rank
+correct episodes (test, fix, test above a blind fix). Ungated, the cap keeps a failing episode's
+shaping below a correct episode's reward, which is not enough.
 
 Detectors:
   test_tampering   a sandbox run (visible or hidden tests) tried to change a pinned test file or
@@ -54,6 +61,8 @@ class BugFixRewardConfig:
     recovery: when a visible-test run failed and the episode still ends correct (>= 0).
     padding: when the code grew by more than `max_added_lines` lines (<= 0).
     max_added_lines: lines the code may grow by before it counts as padded.
+    useful_calls_need_success: pay useful calls only in a correct episode (see the module
+      docstring for why this is the default).
   """
   correct_answer: float = 1.0
   useful_call: float = 0.3
@@ -63,6 +72,7 @@ class BugFixRewardConfig:
   recovery: float = 0.2
   padding: float = -0.5
   max_added_lines: int = 2
+  useful_calls_need_success: bool = True
 
   def __post_init__(self):
     if self.correct_answer <= 0:
@@ -205,8 +215,9 @@ def compose_bugfix_reward(terms: Mapping[str, float], config: BugFixRewardConfig
   """The weighted sum of the terms; 0 for a flagged hack (tampering or special-casing)."""
   if terms["test_tampering"] or terms["special_casing"]:
     return 0.0
+  paid = terms["correct_answer"] or not config.useful_calls_need_success
   return (config.correct_answer * terms["correct_answer"]
-          + config.useful_call * min(terms["useful_calls"], config.max_useful_calls)
+          + paid * config.useful_call * min(terms["useful_calls"], config.max_useful_calls)
           + config.redundant_call * terms["redundant_calls"]
           + config.invalid_call * terms["invalid_calls"]
           + config.recovery * terms["recovery"]

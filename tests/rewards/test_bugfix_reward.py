@@ -83,13 +83,16 @@ def test_each_reward_term_on_hand_made_episodes():
                            SUBMIT])
   assert clumsy.reward_terms["invalid_calls"] == 2.0
   assert clumsy.reward == pytest.approx(1.3 - 0.2)
-  # Submitting the bug: shaping only, capped below a correct answer.
+  # Submitting the bug: nothing.
   wrong = _episode(TASK, [RUN_TESTS, SUBMIT])
   assert wrong.reward_terms["correct_answer"] == 0.0 and wrong.reward == 0.0
-  # Unanswered: the hidden tests never run.
-  unanswered = _episode(TASK, [fix, "no stop marker"])
+  # Unanswered: the hidden tests never run, and the useful edit is not paid (it was only
+  # paid on correct episodes, so editing without submitting earns nothing).
+  unanswered = _episode(TASK, [fix, RUN_TESTS, "no stop marker"])
   assert unanswered.reward_terms["tests_pass"] == 0.0
-  assert unanswered.reward == pytest.approx(0.3)
+  assert unanswered.reward_terms["useful_calls"] == 2.0 and unanswered.reward == 0.0
+  ungated = rewards.BugFixRewardConfig(useful_calls_need_success=False)
+  assert rewards.compose_bugfix_reward(unanswered.reward_terms, ungated) == pytest.approx(0.6)
 
 
 def test_useful_calls_are_capped_below_a_correct_answer():
@@ -100,7 +103,9 @@ def test_useful_calls_are_capped_below_a_correct_answer():
               bugfix_policies.replace(2, lines[1]), RUN_TESTS]
   farm = _episode(TASK, flips + [SUBMIT])
   assert farm.reward_terms["redundant_calls"] >= 6
-  assert farm.reward < CONFIG.correct_answer
+  assert farm.reward < 0  # only its penalties
+  ungated = rewards.BugFixRewardConfig(useful_calls_need_success=False)
+  assert rewards.compose_bugfix_reward(farm.reward_terms, ungated) < CONFIG.correct_answer
   with pytest.raises(ValueError, match="out-earn"):
     rewards.BugFixRewardConfig(useful_call=0.5, max_useful_calls=2)
   with pytest.raises(ValueError, match="penalty"):
