@@ -14,29 +14,18 @@ metadata). Run again on the same workdir and it resumes from the newest checkpoi
 iterations and evaluations after it are those of an uninterrupted run.
 """
 
-import json
 import os
 import sys
-import time
-from typing import Any
 
 from absl import app
 from absl import flags
 from absl import logging
 from ml_collections import config_flags
-import jax
-import ml_collections
-import numpy as np
 
 from experiments import _cli
+from experiments import selfplay_job
 from experiments.configs import selfplay as selfplay_configs
-from rlagents import checkpoint
 from rlagents import envs
-from rlagents import metrics as metrics_lib
-from rlagents import parallel
-from rlagents import search
-from rlagents.learners import alphazero
-from rlagents.learners import league as league_lib
 
 if __name__ == "__main__":
   _cli.exit_on_bad_config(sys.argv, "selfplay.py", selfplay_configs.get_config)
@@ -54,204 +43,11 @@ _WORKDIR = flags.DEFINE_string(
     "summary.json, checkpoints/. An existing run there is resumed.")
 
 
-def alphazero_config(config: ml_collections.ConfigDict) -> alphazero.AlphaZeroConfig:
-  """The learner's settings from the experiment config (validated here)."""
-  values = config.az.to_dict()
-  values["search"] = search.SearchConfig(**values["search"])
-  return alphazero.AlphaZeroConfig(**values)
-
-
-def _rates(result: envs.MatchResult) -> dict[str, float]:
-  score = np.asarray(result.score)
-  return {"win": float(np.mean(score > 0)), "draw": float(np.mean(score == 0)),
-          "loss": float(np.mean(score < 0)), "score": float(np.mean(0.5 + 0.5 * score))}
-
-
-class _Evaluator:
-  """Jitted matches of the learner's search against fixed opponents (host side)."""
-
-  def __init__(self, learner: alphazero.AlphaZeroLearner, config: ml_collections.ConfigDict,
-               num_simulations: int):
-    self.learner = learner
-    search_config = learner.config.search.for_evaluation()
-    self.search_config = search.SearchConfig(**{
-        **search_config.__dict__, "num_simulations": num_simulations})
-    self._opponents = {"random": envs.random_policy}
-    depths = set(config.eval_minimax_depths)
-    if learner.config.game == "connect_four" and config.final_minimax_games:
-      depths.add(config.final_minimax_depth)
-    for depth in sorted(depths):
-      self._opponents[f"minimax_{depth}"] = envs.make_minimax_policy(depth)
-    self._compiled = {}
-
-  def play(self, params, opponent: str, key, num_games: int, opponent_params=None):
-    """The learner's result against `opponent` ('random', 'minimax_<d>' or 'self')."""
-    if (opponent, num_games) not in self._compiled:
-      def match(params, opponent_params, key):
-        if opponent == "self":
-          policy = self.learner.search_policy(opponent_params, self.search_config)
-        else:
-          policy = self._opponents[opponent]
-        return alphazero.evaluate(self.learner, params, policy, key, num_games,
-                                  search_config=self.search_config)
-      self._compiled[(opponent, num_games)] = jax.jit(match)
-    other = params if opponent_params is None else opponent_params
-    return _rates(self._compiled[(opponent, num_games)](params, other, key))
-
-
-def _plot(workdir: str, minimax_names: list[str]) -> str:
-  png = os.path.join(workdir, "selfplay.png")
-  panels = {"Elo (random = 0)": ["elo", "elo_final"],
-            "win rate": ["win_rate_random"] + [f"win_rate_{n}" for n in minimax_names],
-            "losses": ["policy_loss", "value_loss", "reward_loss"],
-            "league": ["league_score"]}
-  metrics_lib.plot_learning_curves(os.path.join(workdir, "metrics.csv"), png, panels=panels)
-  return png
-
-
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-  """Trains until `num_iterations` or the time budget, evaluates, writes the run's files; host
-  code (not jittable). Returns the summary written to `workdir/summary.json`."""
-  start = time.time()
-  az_config = alphazero_config(config)
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, "config.json"), "w") as f:
-    f.write(config.to_json(indent=2))
-
-  if config.num_devices > 1:
-    if jax.device_count() < config.num_devices:
-      raise ValueError(f"num_devices = {config.num_devices}, but only {jax.device_count()} "
-                       "devices are present (on CPU: XLA_FLAGS="
-                       "--xla_force_host_platform_device_count=N)")
-    mesh = parallel.make_mesh(parallel.MeshConfig(data=config.num_devices),
-                              devices=jax.devices()[:config.num_devices])
-    learner, step = alphazero.make_data_parallel_iteration(az_config, mesh)
-  else:
-    learner = alphazero.make_learner(az_config)
-    step = jax.jit(learner.iteration, donate_argnums=(0,))
-  evaluator = _Evaluator(learner, config, config.eval_simulations)
-  final_evaluator = _Evaluator(learner, config, config.final_simulations)
-  minimax_names = [f"minimax_{d}" for d in config.eval_minimax_depths
-                   if az_config.game == "connect_four"]
-
-  state = learner.init(jax.random.key(config.seed))
-  checkpoint_state = {"learner": state, "previous": state.params}
-  table = league_lib.EloTable(anchor="random")
-  previous_name, train_seconds, iteration = None, 0.0, 0
-  checkpointer = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=2)
-  restored = checkpointer.restore_latest(target=checkpoint_state)
-  if restored is not None:
-    checkpoint_state = restored.state
-    iteration = restored.step
-    table = league_lib.EloTable.from_json(restored.metadata["elo"])
-    previous_name = restored.metadata["previous_name"]
-    train_seconds = restored.metadata["train_seconds"]
-    print(f"resumed from iteration {iteration}", flush=True)
-  state, previous = checkpoint_state["learner"], checkpoint_state["previous"]
-  writer = metrics_lib.MetricsWriter(workdir, resume_step=iteration if restored else None)
-  eval_key = jax.random.key(config.seed + 1)
-  budget = 60.0 * config.time_budget_minutes
-  print(f"self-play on {az_config.game} ({az_config.model} model): {az_config.num_games} games "
-        f"x {az_config.num_moves} moves per iteration, {az_config.search.num_simulations} "
-        f"simulations per move", flush=True)
-
-  def evaluate(iteration, state, previous, previous_name):
-    """Evaluation games at `iteration`; returns (metrics, new previous params and name)."""
-    name = f"iter_{iteration}"
-    key = jax.random.fold_in(eval_key, iteration)
-    row = {}
-    for i, opponent in enumerate(["random"] + minimax_names):
-      rates = evaluator.play(state.params, opponent, jax.random.fold_in(key, i),
-                             config.eval_games)
-      table.record(name, opponent, score=rates["score"], games=config.eval_games)
-      row[f"win_rate_{opponent}"] = rates["win"]
-    if previous_name is not None:
-      rates = evaluator.play(state.params, "self", jax.random.fold_in(key, 99), config.eval_games,
-                             opponent_params=previous)
-      table.record(name, previous_name, score=rates["score"], games=config.eval_games)
-      row["score_vs_previous"] = rates["score"]
-    row["elo"] = table.ratings()[name]
-    return row, jax.tree.map(np.asarray, state.params), name
-
-  segment_start = time.time()
-  last_line = time.time()
-
-  def within_budget():
-    return train_seconds + (time.time() - segment_start) < budget
-
-  while iteration < config.num_iterations and within_budget():
-    state, iteration_metrics = step(state)
-    iteration += 1
-    row = {}
-    if iteration % config.log_every == 0 or iteration == config.num_iterations:
-      row.update({k: float(v) for k, v in jax.device_get(iteration_metrics).items()})
-    if iteration % config.eval_every == 0:
-      eval_row, previous, previous_name = evaluate(iteration, state, previous, previous_name)
-      row.update(eval_row)
-      parts = "  ".join(f"{k} {v:.3f}" for k, v in eval_row.items() if k.startswith("win"))
-      print(f"  iteration {iteration:>6d}  Elo {eval_row['elo']:7.1f}  {parts}  "
-            f"{train_seconds + time.time() - segment_start:7.1f} s", flush=True)
-    if row:
-      writer.write(iteration, row)
-    if iteration % config.log_every == 0 and time.time() - last_line > 30:
-      m = jax.device_get(iteration_metrics)
-      print(f"  iteration {iteration:>6d}  loss {float(m['loss']):.3f}  game length "
-            f"{float(m['game_length']):.1f}  {train_seconds + time.time() - segment_start:7.1f} s",
-            flush=True)
-      last_line = time.time()
-    if iteration % config.checkpoint_every == 0:
-      checkpointer.save(iteration, {"learner": state, "previous": previous}, {
-          "elo": table.to_json(), "previous_name": previous_name,
-          "train_seconds": train_seconds + time.time() - segment_start})
-  train_seconds += time.time() - segment_start
-  checkpointer.close()
-
-  # The final evaluation: games against random and minimax, and the Elo table.
-  final_key = jax.random.fold_in(jax.random.key(config.seed + 2), iteration)
-  final = {"random": final_evaluator.play(state.params, "random", final_key,
-                                         config.final_random_games)}
-  # Its own name in the table: the final games search with `final_simulations`, a stronger player
-  # than the same parameters at `eval_simulations`.
-  final_name = f"final_{iteration}"
-  table.record(final_name, "random", score=final["random"]["score"],
-               games=config.final_random_games)
-  if az_config.game == "connect_four" and config.final_minimax_games:
-    name = f"minimax_{config.final_minimax_depth}"
-    final[name] = final_evaluator.play(state.params, name, jax.random.fold_in(final_key, 1),
-                                 config.final_minimax_games)
-    table.record(final_name, name, score=final[name]["score"],
-                 games=config.final_minimax_games)
-  ratings = table.ratings()
-  for name, rating in ratings.items():
-    if name.startswith("iter_"):
-      writer.write(int(name[len("iter_"):]), {"elo_final": rating})
-  writer.close()
-  png = _plot(workdir, minimax_names)
-  summary = {
-      "game": az_config.game,
-      "model": az_config.model,
-      "iterations": iteration,
-      "games_per_iteration": az_config.num_games,
-      "simulations": az_config.search.num_simulations,
-      "eval_simulations": config.eval_simulations,
-      "final_simulations": config.final_simulations,
-      "final": {k: {**v, "games": config.final_random_games if k == "random"
-                    else config.final_minimax_games} for k, v in final.items()},
-      "elo": dict(sorted(ratings.items(), key=lambda kv: -kv[1])),
-      "train_seconds": train_seconds,
-      "wall_seconds_this_session": time.time() - start,
-      "plot": png,
-  }
-  with open(os.path.join(workdir, "summary.json"), "w") as f:
-    json.dump(summary, f, indent=2)
-  return summary
-
-
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
   try:
-    summary = train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    summary = selfplay_job.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except (ValueError, envs.InvalidEnvironmentError) as e:
     sys.exit(f"error: {e}")
   for opponent, rates in summary["final"].items():

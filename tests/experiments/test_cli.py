@@ -11,7 +11,7 @@ import sys
 import pytest
 
 _ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-_ABSL_ENTRY_POINTS = ("train_agent", "train_control", "replay", "review")
+_ABSL_ENTRY_POINTS = ("train_agent", "train_control", "train_selfplay", "replay", "review")
 _DEFINE = re.compile(r"DEFINE_\w+\(\s*\"(\w+)\",")
 
 

@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from experiments import train_selfplay
+from experiments import selfplay_job
 from experiments.configs import selfplay as selfplay_configs
 from rlagents import checkpoint
 from rlagents.metrics import read_csv
@@ -52,12 +52,12 @@ def _rows(workdir, skip=("elo_final",)):
 def test_stopped_and_resumed_run_equals_the_uninterrupted_run(tmp_path):
   straight = str(tmp_path / "straight")
   stopped = str(tmp_path / "stopped")
-  summary = train_selfplay.train_and_evaluate(tiny_config(4), straight)
+  summary = selfplay_job.train_and_evaluate(tiny_config(4), straight)
   # The same run stopped after 2 iterations (it writes its final evaluation, as a finished run
   # does), then resumed on its workdir up to 4.
-  first = train_selfplay.train_and_evaluate(tiny_config(2), stopped)
+  first = selfplay_job.train_and_evaluate(tiny_config(2), stopped)
   assert first["iterations"] == 2
-  resumed = train_selfplay.train_and_evaluate(tiny_config(4), stopped)
+  resumed = selfplay_job.train_and_evaluate(tiny_config(4), stopped)
   assert resumed["iterations"] == summary["iterations"] == 4
 
   # The run's files.

@@ -33,7 +33,7 @@ def test_grpo_dyna_needs_the_keydoor_suite_and_a_valid_fraction():
 @pytest.mark.slow
 def test_grpo_dyna_marks_imagined_episodes_and_replays_the_real_ones(tmp_path):
   config = pipeline.config_from_dict(_values(
-      algorithm="grpo_dyna", grpo__num_steps=2, eval__every_steps=2, proxy_drift__window=1,
+      algorithm="grpo_dyna", grpo__num_steps=2, eval__every_steps=1, proxy_drift__window=2,
       imagination__fit_steps=200, imagination__refit_every=1, imagination__refit_steps=10,
       imagination__d_model=48, imagination__uncertainty_threshold=1e9))
   workdir = str(tmp_path / "run")

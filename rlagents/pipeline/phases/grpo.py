@@ -18,6 +18,21 @@ def apply_diversity_penalty(episodes, group_size: int, weight: float) -> None:
       episode.reward -= weight * penalty
 
 
+def prepare_update(job, reference):
+  """The jitted GRPO update `(state, reference, batch) -> (state, metrics)` of `job.config.grpo`
+  (microbatched when `grpo.microbatch_size` is set) and the reference placed on the job's mesh;
+  phases that train with GRPO updates (grpo, grpo_dyna) share it."""
+  grpo = job.config.grpo
+  if grpo.microbatch_size:
+    update = learners.MicrobatchedGRPOStep(grpo, microbatch_size=grpo.microbatch_size,
+                                           place_batch=job.place_batch)
+  else:
+    jitted = learners.make_grpo_step(grpo)
+    update = lambda state, ref, batch: jitted(
+        state, ref, job.place_batch(episodes_lib.trim_to_longest(batch)))
+  return update, job.place_state(reference)
+
+
 class GRPO(_base.Phase):
   """GRPO from the SFT policy, the SFT policy as the KL reference (`config.grpo`).
 
@@ -49,7 +64,7 @@ class GRPO(_base.Phase):
   def prepare(self, job, state, reference):
     # In async mode the sampler starts at the first step of this invocation (it needs the
     # step's weights and key): the third slot holds it then.
-    return [*self._prepare_update(job, reference),
+    return [*prepare_update(job, reference),
             "async" if job.config.rl.mode == "async" else None]
 
   def _start_sampler(self, job, context, state, step, key):
@@ -60,17 +75,6 @@ class GRPO(_base.Phase):
         max_staleness=rl.max_staleness, queue_size=rl.queue_size or max(rl.max_staleness, 1))
     context[2] = (sampler, _async.make_recompute())
     return context[2]
-
-  def _prepare_update(self, job, reference):
-    grpo = job.config.grpo
-    if grpo.microbatch_size:
-      update = learners.MicrobatchedGRPOStep(grpo, microbatch_size=grpo.microbatch_size,
-                                             place_batch=job.place_batch)
-    else:
-      jitted = learners.make_grpo_step(grpo)
-      update = lambda state, ref, batch: jitted(
-          state, ref, job.place_batch(episodes_lib.trim_to_longest(batch)))
-    return update, job.place_state(reference)
 
   def step(self, job, context, state, *, step, key, rng):
     update, reference, asynchronous = context

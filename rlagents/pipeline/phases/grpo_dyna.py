@@ -85,7 +85,7 @@ class GRPODyna(_base.Phase):
 
   def prepare(self, job, state, reference):
     config, settings = job.config, job.config.imagination
-    update, reference = grpo_phase.GRPO().prepare(job, state, reference)
+    update, reference = grpo_phase.prepare_update(job, reference)
     train = job.suite.splits["train"]
     real_env = job.suite.jax_env(train, job.tokenizer, config.rollout)
     sim_model = networks.Transformer(world_models.text_world_model_config(
