@@ -35,7 +35,7 @@ from absl import flags
 from rlagents import metrics
 
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/rlagents_compare", "Where the runs live.")
-_VARIANT = flags.DEFINE_enum("variant", "default", ["default", "smoke"],
+_VARIANT = flags.DEFINE_enum("variant", "default", ["default", "main", "smoke"],
                              "Variant of experiments/configs/compare.py.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; the table reports medians.")
 _METHODS = flags.DEFINE_list("methods", ["grpo", "ppo", "dpo", "kto", "grpo+rm"],
@@ -49,6 +49,9 @@ METHODS = {
     "kto": {"algorithm": "kto"},
     "grpo+rm": {"algorithm": "grpo", "soft_reward.weight": 0.3,
                 "soft_reward.normalization": "group"},
+    # Asynchronous GRPO (docs/main_job.md#asynchronous-training) at two staleness bounds.
+    "grpo(async s1)": {"algorithm": "grpo", "rl.mode": "async", "rl.max_staleness": 1},
+    "grpo(async s4)": {"algorithm": "grpo", "rl.mode": "async", "rl.max_staleness": 4},
 }
 
 

@@ -8,20 +8,28 @@ Used by `experiments/compare_algorithms.py` (which sets `algorithm` and `seed` p
 'default': two-operand calculator problems, a 2-layer policy, 250 SFT steps, then 16,000 sampled
 policy tokens for each algorithm (about 25 GRPO / PPO steps of 32 episodes; DPO and KTO sample
 the SFT policy up to the same budget and make 60 updates on what verifies); 200 held-out and 200
-OOD tasks. 'smoke': the same pipeline shrunk to seconds per phase, for the test.
+OOD tasks. 'main': the main job's own config (three-operand problems, its model, SFT and GRPO
+steps, 500 held-out tasks), without evaluations during training: methods that differ in how
+they run rather than in what they sample (sync and async GRPO) compared at the main job's
+settings. 'smoke': the same pipeline shrunk to seconds per phase, for the test.
 """
 
 import ml_collections
 
 from experiments.configs import calculator
 
-VARIANTS = ("default", "smoke")
+VARIANTS = ("default", "main", "smoke")
 
 
 def get_config(variant: str = "default") -> ml_collections.ConfigDict:
   variant = variant or "default"
   if variant not in VARIANTS:
     raise ValueError(f"unknown config variant {variant!r}; choose from {', '.join(VARIANTS)}")
+  if variant == "main":
+    config = calculator.get_config("default")
+    config.eval.update(every_steps=0, greedy_too=False)
+    config.checkpoint_every = 1000
+    return config
   config = calculator.get_config("smoke")
   config.tasks.update(num_heldout=200, num_heldout_ood=200, num_calibration=64)
   config.sampled_token_budget = 16000

@@ -97,3 +97,27 @@ def test_two_processes_end_with_the_one_process_parameters(one_device, tmp_path)
   assert sorted(os.listdir(workdir)).count("metrics.csv") == 1
   _assert_close(one_device["params"],
                 _grpo_state(workdir, like=jax.device_put(one_device))["params"])
+
+
+@pytest.mark.slow
+def test_two_processes_train_asynchronously_into_one_checkpoint(one_device, tmp_path):
+  """rl.mode=async under jax.distributed: process 0 samples, both update on its batches."""
+  workdir = str(tmp_path / "run")
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    port = s.getsockname()[1]
+  settings = {"rl.mode": "async", "rl.max_staleness": 1}
+  processes = [_launch(workdir, 1, settings,
+                       env={"RLAGENTS_COORDINATOR": f"localhost:{port}",
+                            "RLAGENTS_NUM_PROCESSES": "2", "RLAGENTS_PROCESS_ID": str(index)})
+               for index in range(2)]
+  devices = [_finish(p) for p in processes]
+  assert devices[0] == {"processes": 2, "devices": 2, "mesh": {"data": 2, "fsdp": 1}}
+  assert sorted(os.listdir(workdir)).count("metrics.csv") == 1
+  with open(os.path.join(workdir, "metrics.csv")) as f:
+    rows = f.read()
+  assert "async/staleness" in rows and "grpo/loss" in rows
+  # One checkpoint of step 2, readable as a whole, its structure the sync run's.
+  state = _grpo_state(workdir, like=jax.device_put(one_device))
+  leaves = jax.tree.leaves(jax.tree.map(np.asarray, state["params"]))
+  assert leaves and all(np.all(np.isfinite(leaf)) for leaf in leaves)

@@ -12,9 +12,14 @@ For a stale batch the learner recomputes the old policy's log-probs with its cur
 keeps the sampler's as `behaviour_logprobs`, and the GRPO loss reweights by truncated importance
 sampling (`losses.importance_weights`). A fresh batch (staleness 0) is exactly the sync update.
 
+Several processes (`jax.distributed`): process 0 runs the sampler and decides which batch the
+learner takes; the batch is broadcast to the others (`broadcast_from_first`), so every process
+updates on the same batch as in sync mode, where each samples the whole batch and keeps its rows.
+
 Host code (threads; JAX releases the interpreter lock while it computes).
 """
 
+import pickle
 import queue
 import threading
 import time
@@ -23,6 +28,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jax.experimental import multihost_utils
 
 from rlagents import episodes as episodes_lib
 from rlagents import learners
@@ -119,17 +126,33 @@ class AsyncSampler:
     return in_flight
 
 
+def broadcast_from_first(value: Any) -> Any:
+  """`value` of process 0 on every process (pickled through two broadcasts: its length, then
+  its bytes); other processes pass anything (None). One process: `value` itself."""
+  if jax.process_count() == 1:
+    return value
+  first = jax.process_index() == 0
+  data = np.frombuffer(pickle.dumps(value), np.uint8) if first else np.zeros(0, np.uint8)
+  size = int(multihost_utils.broadcast_one_to_all(np.asarray(data.size, np.int64)))
+  buffer = data if first else np.zeros(size, np.uint8)
+  return pickle.loads(np.asarray(multihost_utils.broadcast_one_to_all(buffer)).tobytes())
+
+
 def off_policy_batch(batch: dict[str, np.ndarray], rollout: episodes_lib.RolloutBatch,
-                     state, version: int, recompute) -> dict[str, np.ndarray]:
+                     state, version: int, recompute, *, place=None,
+                     fetch=np.asarray) -> dict[str, np.ndarray]:
   """`batch` for an update at `version`: where any token was sampled by older weights, the
   sampler's log-probs become `behaviour_logprobs` and `old_logprobs` are recomputed with the
-  learner's current weights (`recompute(apply_fn, params, tokens)`); a fresh batch is as it is."""
+  learner's current weights (`recompute(apply_fn, params, tokens)`; `place` puts the tokens on
+  the learner's mesh and `fetch` brings the result back to the host, for states that span
+  several processes); a fresh batch is as it is."""
   sampled = rollout.versions[rollout.loss_mask > 0]
   if not sampled.size or int(sampled.min()) == version:
     return batch
   trimmed = episodes_lib.trim_to_longest({"tokens": batch["tokens"]})["tokens"]
+  tokens = place({"tokens": trimmed})["tokens"] if place is not None else trimmed
   old = np.zeros_like(batch["old_logprobs"])
-  old[:, :trimmed.shape[1]] = np.asarray(recompute(state.apply_fn, state.params, trimmed))
+  old[:, :trimmed.shape[1]] = fetch(recompute(state.apply_fn, state.params, tokens))
   return {**batch, "behaviour_logprobs": batch["old_logprobs"],
           "old_logprobs": old * (batch["loss_mask"] > 0)}
 

@@ -5,6 +5,7 @@ import jax
 from rlagents import episodes as episodes_lib
 from rlagents import learners
 from rlagents import rewards
+from rlagents.pipeline import _job as job_lib
 from rlagents.pipeline.phases import _async
 from rlagents.pipeline.phases import _base
 
@@ -44,12 +45,6 @@ class GRPO(_base.Phase):
   def settings(self, config):
     return config.grpo
 
-  def validate(self, config):
-    if config.rl.mode == "async" and jax.process_count() > 1:
-      return ("rl.mode='async' runs on one process (its sampler thread decides which batches "
-              f"the learner takes); this job has {jax.process_count()} processes")
-    return None
-
   def _draw(self, job, key):
     grpo = job.config.grpo
 
@@ -69,9 +64,11 @@ class GRPO(_base.Phase):
 
   def _start_sampler(self, job, context, state, step, key):
     rl = job.config.rl
-    sampler = _async.AsyncSampler(
+    params = job.policy_params(state.params)  # On every process: it may gather the shards.
+    # Process 0 samples (the batch is broadcast to the others at every step).
+    sampler = None if jax.process_index() else _async.AsyncSampler(
         job, self._draw(job, key), group_size=job.config.grpo.group_size,
-        params=job.policy_params(state.params), version=step,
+        params=params, version=step,
         max_staleness=rl.max_staleness, queue_size=rl.queue_size or max(rl.max_staleness, 1))
     context[2] = (sampler, _async.make_recompute())
     return context[2]
@@ -89,21 +86,25 @@ class GRPO(_base.Phase):
                                    group_size=grpo.group_size)
     else:
       sampler, recompute = asynchronous
-      rollout, extra = sampler.next_batch(step)
+      rollout, extra = _async.broadcast_from_first(
+          sampler.next_batch(step) if sampler is not None else None)
     if config.diversity_weight:
       apply_diversity_penalty(rollout.episodes, grpo.group_size, config.diversity_weight)
     batch = _base.policy_batch(rollout)
     if asynchronous is not None:
-      batch = _async.off_policy_batch(batch, rollout, state, step, recompute)
+      batch = _async.off_policy_batch(batch, rollout, state, step, recompute,
+                                      place=job.place_batch, fetch=job_lib.fetch)
     for _ in range(grpo.updates_per_batch):
       state, metrics = update(state, reference, batch)
     if asynchronous is not None:
-      sampler.publish(job.policy_params(state.params), step + 1)
+      params = job.policy_params(state.params)
+      if sampler is not None:
+        sampler.publish(params, step + 1)
     return _base.StepResult(state, metrics, rollout, extra_metrics=extra)
 
   def checkpoint_metadata(self, context):
     asynchronous = context[2] if context else None
-    if not isinstance(asynchronous, tuple):
+    if not isinstance(asynchronous, tuple) or asynchronous[0] is None:
       return {}
     return {"async_in_flight_episodes": asynchronous[0].in_flight_episodes()}
 
@@ -115,7 +116,7 @@ class GRPO(_base.Phase):
 
   def finish(self, job, context):
     asynchronous = context[2] if context else None
-    if not isinstance(asynchronous, tuple):
+    if not isinstance(asynchronous, tuple) or asynchronous[0] is None:
       return {}
     sampler = asynchronous[0]
     dropped_at_end = sampler.close()
