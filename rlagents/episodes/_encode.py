@@ -45,13 +45,22 @@ def encode_pieces(pieces: Sequence[tuple[str, float]], tokenizer, max_length: in
   Raises:
     EncodeError: the pieces need more than `max_length` tokens; the message names `what`.
   """
+  return encode_id_pieces([(encode_text(tokenizer, text) if text else [], weight)
+                           for text, weight in pieces], max_length, what=what)
+
+
+def encode_id_pieces(pieces: Sequence[tuple[Sequence[int], float]], max_length: int,
+                     *, what: str = "text") -> tuple[np.ndarray, np.ndarray]:
+  """`encode_pieces` of pieces already tokenised: `(ids, weight)`.
+
+  Raises:
+    EncodeError: the pieces need more than `max_length` tokens; the message names `what`.
+  """
   ids: list[int] = []
   mask: list[float] = []
-  for text, weight in pieces:
-    if text:
-      piece = encode_text(tokenizer, text)
-      ids += piece
-      mask += [weight] * len(piece)
+  for piece, weight in pieces:
+    ids += list(piece)
+    mask += [weight] * len(piece)
   if len(ids) > max_length:
     raise EncodeError(f"{what} needs {len(ids)} tokens, more than max_length={max_length}")
   tokens = np.zeros(max_length, np.int32)
@@ -98,9 +107,17 @@ def encode(episode: _core.Episode, tokenizer, max_length: int) -> tuple[np.ndarr
                        what=f"episode {episode.task.task_id}")
 
 
-def stack_episodes(episodes: Sequence[_core.Episode], tokenizer, max_length: int) -> RolloutBatch:
-  """Token arrays of finished episodes, for supervised training on demonstrations."""
-  rows = [encode(e, tokenizer, max_length) for e in episodes]
+def stack_episodes(episodes: Sequence[_core.Episode], tokenizer, max_length: int, *,
+                   episode_format=None) -> RolloutBatch:
+  """Token arrays of finished episodes, for supervised training on demonstrations.
+
+  `episode_format`: the format the episodes are rendered in (`episodes.ChatFormat`); None is
+  the marker format of `tokenizer`.
+  """
+  if episode_format is None:
+    rows = [encode(e, tokenizer, max_length) for e in episodes]
+  else:
+    rows = [episode_format.encode(e, max_length) for e in episodes]
   tokens = np.stack([r[0] for r in rows])
   loss_mask = np.stack([r[1] for r in rows])
   return RolloutBatch(list(episodes), tokens, loss_mask, np.zeros_like(loss_mask))

@@ -63,6 +63,10 @@ class _LoggedTransients:
     self.logged = logged_calls
     self.index = 0
 
+  @property
+  def specs(self) -> tuple[tools_lib.ToolSpec, ...]:
+    return self.toolbox.specs
+
   def execute(self, call_text: str, rng: np.random.Generator) -> tools_lib.ToolResult:
     logged = self.logged[self.index] if self.index < len(self.logged) else None
     self.index += 1
@@ -91,7 +95,7 @@ def replay_record(record: Mapping[str, Any], suite: ReplaySuite, *,
   task = suite.task_from_dict(record["task"])
   calls = [a for a in record["actions"] if a["kind"] == "call"]
   toolbox = _LoggedTransients(suite.make_toolbox(task), calls)
-  episode = episodes_lib.Episode(task)
+  episode = episodes_lib.Episode(task, syntax=record.get("syntax", "marker"))
   rng = np.random.default_rng(0)
   for index, action in enumerate(record["actions"]):
     if episode.done:

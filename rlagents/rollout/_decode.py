@@ -42,6 +42,10 @@ class _AsItHappened:
     self.toolbox, self.statuses, self.observations = toolbox, statuses, observations
     self.index = 0
 
+  @property
+  def specs(self) -> tuple[tools_lib.ToolSpec, ...]:
+    return self.toolbox.specs
+
   def execute(self, call_text: str, rng: np.random.Generator) -> tools_lib.ToolResult:
     index, self.index = self.index, self.index + 1
     result = self.toolbox.execute(call_text, rng)

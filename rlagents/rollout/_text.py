@@ -6,7 +6,9 @@ model writes one segment for each unfinished episode, the host runs the tool cal
 the observations, and the loop goes on until every episode has answered or hit a limit.
 
 `loss_mask` is 1 exactly on the tokens the policy wrote, and 0 on the prompt, the observations
-and padding.
+and padding. The ids come from the episode format (`episodes.MarkerFormat` by default, or a
+model's chat template, `episodes.ChatFormat`): the prompt and each observation are the format's
+ids, each segment the ids as sampled, never tokenised again.
 """
 
 import dataclasses
@@ -87,9 +89,15 @@ class LatestParams:
       return self._params, self._version
 
 
-def make_sampler(model, tokenizer, config: RolloutConfig):
-  """Binds the static arguments of `sampling.generate_segment` for this tokenizer and config."""
-  stop_tokens = tuple(tokenizer.convert_tokens_to_ids(list(episodes_lib.STOP_MARKERS)))
+def make_sampler(model, tokenizer, config: RolloutConfig, *,
+                 stop_tokens: tuple[int, ...] | None = None):
+  """Binds the static arguments of `sampling.generate_segment` for this tokenizer and config.
+
+  `stop_tokens`: the ids a segment ends on (an episode format's `stop_tokens`); None: the
+  marker format's `</call>`, `</answer>` and `<eos>`.
+  """
+  if stop_tokens is None:
+    stop_tokens = tuple(tokenizer.convert_tokens_to_ids(list(episodes_lib.STOP_MARKERS)))
   return functools.partial(
       sampling.generate_segment, model=model, max_new_tokens=config.max_segment_tokens,
       stop_tokens=stop_tokens, temperature=config.temperature, top_k=config.top_k,
@@ -100,7 +108,7 @@ def sample_episodes(params: Any, tasks: Sequence[Any], *, sampler, tokenizer,
                     config: RolloutConfig, key: jax.Array, rng: np.random.Generator,
                     toolbox: tools_lib.ToolBox | None = None,
                     toolbox_for: Callable[[Any], tools_lib.ToolBox] | None = None,
-                    ) -> episodes_lib.RolloutBatch:
+                    episode_format: Any = None) -> episodes_lib.RolloutBatch:
   """Plays one episode per task with the model; see the module docstring.
 
   Args:
@@ -114,7 +122,11 @@ def sample_episodes(params: Any, tasks: Sequence[Any], *, sampler, tokenizer,
     config: limits and sampling settings.
     key: JAX key for sampling.
     rng: host generator for the tools' own randomness (busy failures).
+    episode_format: the format of the episodes (`episodes.ChatFormat`, whose `stop_tokens`
+      the sampler must stop on); None: `episodes.MarkerFormat(tokenizer)`.
   """
+  if episode_format is None:
+    episode_format = episodes_lib.MarkerFormat(tokenizer)
   if (toolbox is None) == (toolbox_for is None):
     raise ValueError("sample_episodes takes exactly one of toolbox and toolbox_for")
   if toolbox_for is None:
@@ -124,7 +136,8 @@ def sample_episodes(params: Any, tasks: Sequence[Any], *, sampler, tokenizer,
     key, chunk_key = jax.random.split(key)
     batches.append(_sample_chunk(params, tasks[start:start + config.batch_size],
                                  sampler=sampler, tokenizer=tokenizer, toolbox_for=toolbox_for,
-                                 config=config, key=chunk_key, rng=rng))
+                                 config=config, key=chunk_key, rng=rng,
+                                 episode_format=episode_format))
   versioned = isinstance(params, LatestParams)
   return episodes_lib.RolloutBatch(
       episodes=[e for b in batches for e in b.episodes],
@@ -134,13 +147,20 @@ def sample_episodes(params: Any, tasks: Sequence[Any], *, sampler, tokenizer,
       versions=np.concatenate([b.versions for b in batches]) if versioned else None)
 
 
-def _sample_chunk(params, tasks, *, sampler, tokenizer, toolbox_for, config, key, rng):
+def _sample_chunk(params, tasks, *, sampler, tokenizer, toolbox_for, config, key, rng,
+                  episode_format):
   n, (batch, length) = len(tasks), (config.batch_size, config.max_length)
   tokens = np.zeros((batch, length), np.int32)
   lengths = np.ones(batch, np.int32)
-  tokens[:, 0] = tokenizer.bos_token_id  # padding rows stay inactive
+  # Padding rows stay inactive; they read one token (BOS, or the first stop token for
+  # tokenizers without BOS).
+  tokens[:, 0] = (tokenizer.bos_token_id if tokenizer.bos_token_id is not None
+                  else episode_format.stop_tokens[0])
   for i, task in enumerate(tasks):
-    ids = episodes_lib.encode_text(tokenizer, episodes_lib.prompt_text(task))
+    ids = episode_format.prompt_ids(task)
+    if len(ids) >= length:
+      raise episodes_lib.EncodeError(f"the prompt of task {task.task_id} needs {len(ids)} "
+                                     f"tokens, more than rollout.max_length={length}")
     tokens[i, :len(ids)] = ids
     lengths[i] = len(ids)
   active = np.arange(batch) < n
@@ -148,7 +168,7 @@ def _sample_chunk(params, tasks, *, sampler, tokenizer, toolbox_for, config, key
   logprobs = np.zeros((batch, length), np.float32)
   versions = np.full((batch, length), -1, np.int32)
   source = params if isinstance(params, LatestParams) else LatestParams(params)
-  episodes = [episodes_lib.Episode(task) for task in tasks]
+  episodes = [episodes_lib.Episode(task, syntax=episode_format.syntax) for task in tasks]
   toolboxes = [toolbox_for(task) for task in tasks]
 
   for _ in range(config.max_tool_calls + 1):
@@ -164,8 +184,12 @@ def _sample_chunk(params, tasks, *, sampler, tokenizer, toolbox_for, config, key
     tokens = np.array(out.tokens)
     previous_lengths, lengths = lengths, np.array(out.lengths)
     for b in np.flatnonzero(active):
-      segment = tokenizer.decode(tokens[b, previous_lengths[b]:lengths[b]])
+      segment, finished = episode_format.read_segment(tokens[b, previous_lengths[b]:lengths[b]])
       calls = len(episodes[b].calls)
+      if not finished:  # a turn cut off before its turn-end token
+        episodes_lib.end_unanswered(episodes[b], segment)
+        active[b] = False
+        continue
       observation = episodes_lib.advance(episodes[b], segment, toolbox=toolboxes[b], rng=rng,
                                          max_tool_calls=config.max_tool_calls)
       if config.tool_latency_s and len(episodes[b].calls) > calls:
@@ -173,7 +197,7 @@ def _sample_chunk(params, tasks, *, sampler, tokenizer, toolbox_for, config, key
       if observation is None:
         active[b] = False
         continue
-      obs_ids = episodes_lib.encode_text(tokenizer, observation)
+      obs_ids = episode_format.observation_ids(episodes[b], observation)
       if lengths[b] + len(obs_ids) >= length:
         episodes_lib.end_unanswered(episodes[b])
         active[b] = False
