@@ -139,6 +139,8 @@ def grpo_loss(params, apply_fn, ref_params, batch, *, config: GRPOConfig, max_le
 
 
 def _with_advantages(batch, config: GRPOConfig):
+  if "advantages" in batch:  # computed by the caller (e.g. self-play's role-conditioned ones)
+    return batch
   estimator = losses.get_advantage_estimator(config.advantage_estimator)
   advantages = estimator(batch["rewards"], group_size=config.group_size,
                          epsilon=config.advantage_epsilon)
@@ -221,7 +223,9 @@ def make_grpo_step(config: GRPOConfig):
   """The jitted GRPO update `(state, ref_params, batch) -> (state, metrics)` on a whole batch.
 
   `batch` holds `tokens` [N, T] int32, `loss_mask` [N, T] float32, `old_logprobs` [N, T] (the
-  sampler's) and `rewards` [N], with N = prompts * group_size and each group contiguous.
+  sampler's) and `rewards` [N], with N = prompts * group_size and each group contiguous; or,
+  instead of `rewards`, `advantages` [N] the caller computed (then used as they are, and the
+  rows need not form groups; e.g. `losses.role_conditioned_advantages` for self-play).
 
   Args:
     config: the GRPO settings (advantage estimator, policy loss, aggregation, KL).
@@ -287,9 +291,11 @@ class MicrobatchedGRPOStep:
     return [float(per_row[rows].sum() / total) for rows in chunks]
 
   def __call__(self, state, ref_params, batch):
-    """`(state, ref_params, batch) -> (state, metrics)` with `batch` as for `make_grpo_step`."""
+    """`(state, ref_params, batch) -> (state, metrics)` with `batch` as for `make_grpo_step`
+    (`rewards`, or precomputed `advantages`)."""
     batch = {k: np.asarray(v) for k, v in batch.items()}
-    advantages = np.asarray(self._advantages(batch))
+    advantages = (batch["advantages"] if "advantages" in batch
+                  else np.asarray(self._advantages(batch)))
     tokens, mask = batch["tokens"], batch["loss_mask"]
     full_length = tokens.shape[1]
     if len(tokens) % self.microbatch_size:

@@ -34,6 +34,7 @@ from rlagents.losses._registry import get_kl_estimator
 from rlagents.losses._registry import get_policy_loss
 from rlagents.losses._registry import KL_ESTIMATORS
 from rlagents.losses._registry import POLICY_LOSSES
+from rlagents.losses._roles import role_conditioned_advantages
 from rlagents.losses._value import value_loss
 
 __all__ = [
@@ -65,6 +66,7 @@ __all__ = [
     "policy_gradient_loss",
     "reinforce_pp_advantages",
     "rloo_advantages",
+    "role_conditioned_advantages",
     "select_informative_groups",
     "value_loss",
 ]

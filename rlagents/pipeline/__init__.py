@@ -16,6 +16,7 @@ from rlagents.pipeline._config import ConfigError
 from rlagents.pipeline._config import EvalConfig
 from rlagents.pipeline._config import LoraSettings
 from rlagents.pipeline._config import RLLoopConfig
+from rlagents.pipeline._config import SelfPlayConfig
 from rlagents.pipeline._job import Job
 from rlagents.pipeline._job import JobError
 from rlagents.pipeline._loop import run_phase
@@ -35,6 +36,7 @@ __all__ = [
     "LoraSettings",
     "PhaseStart",
     "RLLoopConfig",
+    "SelfPlayConfig",
     "check_config",
     "check_config_key",
     "config_from_dict",

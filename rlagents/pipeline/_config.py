@@ -19,6 +19,7 @@ from rlagents.networks import LoraConfig
 from rlagents.networks import TransformerConfig
 from rlagents.parallel import MeshConfig
 from rlagents.rewards import BugFixRewardConfig
+from rlagents.rewards import LEARNABILITY_KINDS
 from rlagents.rewards import ProxyDriftConfig
 from rlagents.rewards import RewardConfig
 from rlagents.rewards import SoftRewardConfig
@@ -119,6 +120,42 @@ class PreferenceDataConfig:
     for name in ("expert_attempts", "policy_samples"):
       if getattr(self, name) < 2:
         raise ValueError(f"PreferenceDataConfig.{name} must be >= 2, got {getattr(self, name)}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SelfPlayConfig:
+  """Self-play (`algorithm='grpo_selfplay'`): the policy proposes tasks and solves them.
+
+  Each step the policy, prompted with the suite's proposal grammar, writes
+  `round(proposed_fraction * grpo.prompts_per_step)` proposals; the accepted ones (valid,
+  solvable, new, no evaluation task) are solved beside training tasks that fill the step's other
+  prompts, `grpo.group_size` episodes each; both roles train in one GRPO update. The other
+  GRPO settings (`grpo.*`) apply as they are.
+
+  Attributes:
+    proposed_fraction: share of each step's `grpo.prompts_per_step` prompts that are the
+      policy's own proposals (in (0, 1]); a rejected proposal's prompt goes to a training task.
+    learnability: the proposer's reward from its solver group's success rate p
+      (`rewards.learnability_reward`): 'variance' is 4p(1-p), 'absolute' is 1-|2p-1|.
+    proposer_demonstrations: proposer episodes added to the SFT demonstrations (proposals
+      written from training tasks by the suite's grammar), so the policy can write a task in
+      the grammar before self-play starts; 0 adds none.
+  """
+  proposed_fraction: float = 0.5
+  learnability: str = "variance"
+  proposer_demonstrations: int = 1000
+
+  def __post_init__(self):
+    if not 0 < self.proposed_fraction <= 1:
+      raise ValueError(f"selfplay.proposed_fraction must be in (0, 1], got "
+                       f"{self.proposed_fraction}")
+    if self.learnability not in LEARNABILITY_KINDS:
+      raise ValueError(f"selfplay.learnability must be one of {', '.join(LEARNABILITY_KINDS)}, "
+                       f"got {self.learnability!r}")
+    if (isinstance(self.proposer_demonstrations, bool)
+        or not isinstance(self.proposer_demonstrations, int) or self.proposer_demonstrations < 0):
+      raise ValueError(f"selfplay.proposer_demonstrations must be an int >= 0, got "
+                       f"{self.proposer_demonstrations!r}")
 
 
 def _default_model() -> TransformerConfig:
@@ -222,6 +259,8 @@ class AgentJobConfig:
       of every process on the `data` axis; `fsdp > 1` also splits large parameters and their
       optimizer state. Rollouts sample on each process's first device.
     rl: sync or async scheduling of the online RL phase (`RLLoopConfig`).
+    selfplay: `algorithm='grpo_selfplay'`: the proposals' share of each step, the proposer's
+      reward and its warm start (`SelfPlayConfig`).
     sandbox_isolation: how suites that run untrusted code isolate it (`sandbox.SandboxLimits`):
       "kernel" (namespaces, read-only root, unprivileged user, seccomp and cgroup where the
       machine allows; a run that cannot apply them raises `SandboxUnavailable`), or "hook",
@@ -264,6 +303,7 @@ class AgentJobConfig:
   mesh: MeshConfig = MeshConfig()
   sandbox_isolation: str = "kernel"
   rl: RLLoopConfig = RLLoopConfig()
+  selfplay: SelfPlayConfig = SelfPlayConfig()
 
   def __post_init__(self):
     # Checks of one field or of fields that always go together; what depends on the registered

@@ -121,6 +121,7 @@ def run_phase(job: job_lib.Job, phase: _base.Phase, start: _checkpoints.PhaseSta
 
   context = phase.prepare(job, state, reference)
   if start.step:
+    phase.restore(context, start.metadata)
     message = phase.resumed(start.metadata)
     if message:
       logging.info("%s", message)
@@ -147,6 +148,7 @@ def run_phase(job: job_lib.Job, phase: _base.Phase, start: _checkpoints.PhaseSta
       rewards_since_eval.extend(e.reward for e in result.rollout.episodes)
       out.episodes(result.rollout.episodes, phase=phase.directory, step=global_step,
                    policy="policy")
+    stats.sampled_tokens += result.extra_sampled_tokens
     stats.steps = done
     last = done == num_steps or spent()
     if done % config.log_every == 0 or last:
@@ -160,6 +162,8 @@ def run_phase(job: job_lib.Job, phase: _base.Phase, start: _checkpoints.PhaseSta
       params = phase.policy_params(state)
       success = curve_eval(job, params, global_step, out)
       bar.write(f"{phase.name.upper()} step {done}: heldout success {success:.3f}")
+      for split in phase.extra_curve_splits(job):
+        curve_eval(job, params, global_step, out, split=split)
       if rewards_since_eval:
         watch_proxy_drift(job, params, global_step, rewards_since_eval, out)
         rewards_since_eval = []

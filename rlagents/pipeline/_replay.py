@@ -15,7 +15,9 @@ def replay_workdir(workdir: str, line: int = 0) -> tuple[int, list[str]]:
   The suite is rebuilt from the run's config (a user's suite from its module path), its data
   from the run's `data/`; episodes of every phase replay the same way, those that ran inside
   jit included (their records are host replays already). Records marked `imagined` (episodes
-  in a learned simulator, `algorithm='grpo_dyna'`) are left out: no real tool produced them.
+  in a learned simulator, `algorithm='grpo_dyna'`) are left out: no real tool produced them;
+  so are self-play proposer records (`role='proposer'`): they answer with a task, which the
+  solver episodes of that task (replayed) verify.
 
   Raises:
     guardrails.AuditTamperError: the log's hash chain is broken.
@@ -28,7 +30,8 @@ def replay_workdir(workdir: str, line: int = 0) -> tuple[int, list[str]]:
     if not 1 <= line <= len(records):
       raise ValueError(f"--line={line} is outside the log's {len(records)} lines")
     chosen = [chosen[line - 1]]
-  chosen = [(number, record) for number, record in chosen if not record.get("imagined")]
+  chosen = [(number, record) for number, record in chosen
+            if not record.get("imagined") and record.get("role") != "proposer"]
   suite = job_lib.load_suite(config, workdir)
   recipe = _suites.replay_suite(suite, config)
   problems = []

@@ -59,7 +59,8 @@ def calculator_suite(config, data_dir: str) -> tasks_lib.TaskSuite:
       name="calculator", splits=splits, eval_splits=eval_splits, toolbox_for=lambda t: toolbox,
       score=score, reward_terms=rewards.TERMS, expert=play_expert,
       detectors=("padding", "redundant_calls"),
-      task_from_record=lambda d: tasks_lib.CalculatorTask(**d), jax_env=jax_env)
+      task_from_record=lambda d: tasks_lib.CalculatorTask(**d), jax_env=jax_env,
+      proposals=tasks_lib.proposal_grammar(config.tasks))
 
 
 def retrieval_suite(config, data_dir: str) -> tasks_lib.TaskSuite:

@@ -80,7 +80,7 @@ def _device_problem(config: _config.AgentJobConfig) -> str | None:
   shards = data * fsdp
   grpo, ppo = config.grpo, config.ppo
   batches = {"sft.batch_size": config.sft.batch_size}
-  if config.algorithm == "grpo":
+  if config.algorithm in ("grpo", "grpo_selfplay"):
     rows = grpo.prompts_per_step * grpo.group_size
     batches["grpo.microbatch_size" if grpo.microbatch_size and config.rollout_mode == "host"
             else "grpo.prompts_per_step * grpo.group_size"] = (

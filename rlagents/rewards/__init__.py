@@ -18,6 +18,8 @@ from rlagents.rewards._hacking import diversity_penalty
 from rlagents.rewards._hacking import ProxyDriftConfig
 from rlagents.rewards._hacking import ProxyDriftMonitor
 from rlagents.rewards._hacking import redundant_calls
+from rlagents.rewards._learnability import LEARNABILITY_KINDS
+from rlagents.rewards._learnability import learnability_reward
 from rlagents.rewards._learned import add_learned_reward
 from rlagents.rewards._learned import normalize_scores
 from rlagents.rewards._learned import NORMALIZATIONS
@@ -39,6 +41,7 @@ __all__ = [
     "detect_special_casing",
     "CODEFIX_TERMS",
     "DETECTORS",
+    "LEARNABILITY_KINDS",
     "NORMALIZATIONS",
     "ProxyDriftConfig",
     "ProxyDriftMonitor",
@@ -49,6 +52,7 @@ __all__ = [
     "SuiteRewardConfig",
     "TERMS",
     "add_learned_reward",
+    "learnability_reward",
     "codefix_reward_terms",
     "compose_codefix_reward",
     "compose_reward",

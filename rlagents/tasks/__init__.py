@@ -9,7 +9,15 @@ from rlagents.tasks.calculator import CalculatorTask
 from rlagents.tasks.calculator import generate_suite
 from rlagents.tasks.calculator import is_correct
 from rlagents.tasks.calculator import parse_answer
+from rlagents.tasks.calculator import proposal_grammar
 from rlagents.tasks.calculator import SPLITS
+from rlagents.tasks._proposals import InvalidProposal
+from rlagents.tasks._proposals import ProposalChecker
+from rlagents.tasks._proposals import ProposalGrammar
+from rlagents.tasks._proposals import ProposerTask
+from rlagents.tasks._proposals import REJECTIONS
+from rlagents.tasks._proposals import UnsolvableProposal
+from rlagents.tasks._proposals import Verdict
 from rlagents.tasks._registry import EVAL_SPLIT_NAMES
 from rlagents.tasks._registry import is_jax_native
 from rlagents.tasks._registry import register_suite
@@ -21,6 +29,13 @@ from rlagents.tasks._splits import load_split
 
 __all__ = [
     "EVAL_SPLIT_NAMES",
+    "InvalidProposal",
+    "ProposalChecker",
+    "ProposalGrammar",
+    "ProposerTask",
+    "REJECTIONS",
+    "UnsolvableProposal",
+    "Verdict",
     "SuiteError",
     "TaskSuite",
     "is_jax_native",
@@ -34,4 +49,5 @@ __all__ = [
     "is_correct",
     "load_split",
     "parse_answer",
+    "proposal_grammar",
 ]

@@ -28,6 +28,7 @@ import numpy as np
 
 from rlagents import episodes as episodes_lib
 from rlagents import tools as tools_lib
+from rlagents.tasks import _proposals
 
 # The splits a suite evaluates on may be any of these; "train" is required besides.
 EVAL_SPLIT_NAMES = ("heldout", "heldout_ood", "calibration")
@@ -70,6 +71,8 @@ class TaskSuite:
       environment (`envs.TextEnvironment`) for `rollout_mode='jit'`; None when the suite has
       none. Its factory then says so (`register_suite(..., jax_native=True)`, or a
       `jax_native = True` attribute on a module-path factory) so configs are checked early.
+    proposals: how the policy proposes tasks of this suite (`ProposalGrammar`), for self-play
+      (`algorithm='grpo_selfplay'`); None when the suite has none.
   """
   name: str
   splits: Mapping[str, Sequence[Any]]
@@ -83,6 +86,7 @@ class TaskSuite:
   scripted_segment: Callable[..., str] | None = None
   sandboxed: bool = False
   jax_env: Callable[..., Any] | None = None
+  proposals: _proposals.ProposalGrammar | None = None
 
   def __post_init__(self):
     missing = [s for s in ("train",) + tuple(self.eval_splits) if s not in self.splits]

@@ -24,8 +24,13 @@ from typing import Callable
 import numpy as np
 
 from rlagents import tools
+from rlagents.tasks import _proposals
 
 SPLITS = ("train", "heldout", "heldout_ood", "calibration")
+# The split of a task the policy proposed itself (self-play); never an evaluation split.
+PROPOSED_SPLIT = "proposed"
+# What the policy reads in its proposer role; it answers with an expression.
+PROPOSER_PROMPT = "propose:"
 
 _HELDOUT_FRACTION = 0.1
 _CALIBRATION_FRACTION = 0.1
@@ -266,3 +271,63 @@ def parse_answer(text: str) -> int | None:
 def is_correct(task: CalculatorTask, answer_text: str) -> bool:
   """Whether `answer_text` parses (see `parse_answer`) to the task's answer."""
   return parse_answer(answer_text) == task.answer
+
+
+def proposal_grammar(config: CalculatorSuiteConfig) -> _proposals.ProposalGrammar:
+  """How the policy proposes calculator problems (self-play; see `tasks.ProposalGrammar`).
+
+  A proposal is an expression over the suite's operators: 2 to `18 // ood_max_digits`
+  non-negative numbers of at most `ood_max_digits` digits, without leading zeros or spaces
+  (so its text is its canonical form), e.g. `12*345+6-78`. Its answer is what the real
+  calculator tool returns (no transient failure). A proposal is reserved for `heldout` or
+  `calibration` when it has the in-distribution shape and its hash puts it there (the rule that
+  assigns the splits); `heldout_ood` problems are caught by the checker by their text.
+  """
+  digits, operators = config.ood_max_digits, config.operators
+  max_operands = _MAX_TOTAL_DIGITS // digits
+  number = f"(?:0|[1-9][0-9]{{0,{digits - 1}}})"
+  pattern = re.compile(f"{number}(?:[{re.escape(operators)}]{number}){{1,{max_operands - 1}}}")
+  calculator_tool = tools.CalculatorTool(failure_rate=0.0)
+  no_failures = np.random.default_rng(0)  # unused: the tool draws only for its failure rate
+
+  def to_task(text: str) -> CalculatorTask:
+    if not pattern.fullmatch(text):
+      raise _proposals.InvalidProposal(
+          f"{text!r} is not 2-{max_operands} numbers of at most {digits} digits joined by "
+          f"{operators!r}")
+    try:
+      answer = int(calculator_tool(text, no_failures))
+    except tools.ToolError as error:
+      raise _proposals.UnsolvableProposal(f"{text!r}: {error}") from None
+    if abs(answer) >= 2**63:
+      raise _proposals.UnsolvableProposal(f"{text!r}: the answer does not fit int64")
+    numbers = re.findall(r"[0-9]+", text)
+    return CalculatorTask(task_id=f"{PROPOSED_SPLIT}-{_digest(text).hex()[:16]}",
+                          expression=text, answer=answer, split=PROPOSED_SPLIT,
+                          num_operands=len(numbers),
+                          max_digits=max(len(n) for n in numbers))
+
+  def reserved_split(expression: str) -> str | None:
+    numbers = re.findall(r"[0-9]+", expression)
+    in_distribution = (len(numbers) == config.num_operands
+                       and all(len(n) <= config.max_digits for n in numbers))
+    split = _in_distribution_split(expression) if in_distribution else "train"
+    return None if split == "train" else split
+
+  def difficulty(task: CalculatorTask) -> dict[str, float]:
+    return {"operands": float(task.num_operands), "length": float(len(task.expression)),
+            "max_digits": float(task.max_digits)}
+
+  def demonstrations(train_tasks, rng: np.random.Generator) -> list[str]:
+    # A training expression cut after a random number of its operands (at least two), so the
+    # warm-started proposer has seen that the count varies.
+    texts = []
+    for task in train_tasks:
+      parts = re.findall(r"[0-9]+|[^0-9]", task.expression)
+      keep = int(rng.integers(2, task.num_operands + 1)) if task.num_operands > 2 else 2
+      texts.append("".join(parts[:2 * keep - 1]))
+    return texts
+
+  return _proposals.ProposalGrammar(
+      prompt=PROPOSER_PROMPT, to_task=to_task, key=lambda task: task.expression,
+      reserved_split=reserved_split, difficulty=difficulty, demonstrations=demonstrations)

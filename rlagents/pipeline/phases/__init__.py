@@ -1,5 +1,5 @@
-"""The job's phases, registered by name: SFT, GRPO (host, jit, or with imagined episodes), PPO,
-DPO, KTO.
+"""The job's phases, registered by name: SFT, GRPO (host, jit, with imagined episodes, or
+self-play on the policy's own proposals), PPO, DPO, KTO.
 
 `register_phase` adds one (`config.algorithm` then names it as the phase after SFT); the job's
 one loop (`pipeline.run_phase`) gives every phase the same cadence and guards. See `_base`.
@@ -10,6 +10,7 @@ from rlagents.pipeline.phases import grpo_dyna
 from rlagents.pipeline.phases import grpo_jit
 from rlagents.pipeline.phases import offline
 from rlagents.pipeline.phases import ppo
+from rlagents.pipeline.phases import selfplay
 from rlagents.pipeline.phases import sft
 from rlagents.pipeline.phases._base import get_phase
 from rlagents.pipeline.phases._base import Phase
@@ -51,5 +52,6 @@ __all__ = [
     "ppo",
     "register_phase",
     "rl_phase_name",
+    "selfplay",
     "sft",
 ]

@@ -49,11 +49,14 @@ class StepResult:
       writes them to the audit log, feeds their rewards to the drift monitor, counts their
       tokens against the budget and logs their reward terms and success.
     extra_metrics: host figures to log beside `metrics` (e.g. mismatched in-jit calls).
+    extra_sampled_tokens: policy tokens the step sampled outside `rollout` (e.g. a self-play
+      proposer's episodes, audited by the phase): counted against the sampled-token budget.
   """
   state: Any
   metrics: Any
   rollout: episodes_lib.RolloutBatch | None = None
   extra_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+  extra_sampled_tokens: int = 0
 
 
 class Phase:
@@ -118,10 +121,27 @@ class Phase:
     del context
     return {}
 
+  def restore(self, context, metadata: dict[str, Any]) -> None:
+    """On resume, after `prepare`: puts back into `context` what `checkpoint_metadata` saved."""
+    del context, metadata
+
   def resumed(self, metadata: dict[str, Any]) -> str | None:
     """A line for the user when resuming from a checkpoint with `metadata`, or None."""
     del metadata
     return None
+
+  def extra_curve_splits(self, job) -> tuple[str, ...]:
+    """Evaluation splits besides `heldout` whose success curve the loop writes at every
+    evaluation point (`eval/<split>_success`)."""
+    del job
+    return ()
+
+  def warm_start_demonstrations(self, job, rng: np.random.Generator
+                                ) -> list[episodes_lib.Episode]:
+    """Episodes SFT adds to the expert's demonstrations when this phase follows it (e.g. a
+    self-play proposer's examples); SFT audits them with `role='proposer'`."""
+    del job, rng
+    return []
 
   def panels(self, config) -> dict[str, list[str]]:
     """Its panels of `learning_curves.png` (title -> metric names), beside the loop's."""

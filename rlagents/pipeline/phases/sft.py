@@ -40,8 +40,15 @@ class SFT(_base.Phase):
     tasks = [train[i % len(train)] for i in range(config.sft.num_demonstrations)]
     demos = job.expert_episodes(tasks, job.rng(self.demos_phase_id))
     job.outputs.episodes(demos, phase="sft_demonstration", step=0, policy="expert")
+    # The phase after SFT may ask for examples of a role of its own (self-play's proposer).
+    following = _base.get_phase(config.algorithm)
+    extra = following.warm_start_demonstrations(job, job.rng(self.demos_phase_id, 1))
+    if extra:
+      job.outputs.episodes(extra, phase="sft_demonstration", step=0, policy="expert",
+                           role="proposer")
     try:
-      data = episodes_lib.stack_episodes(demos, job.tokenizer, config.rollout.max_length)
+      data = episodes_lib.stack_episodes(demos + extra, job.tokenizer,
+                                         config.rollout.max_length)
     except episodes_lib.EncodeError as error:
       raise job_lib.JobError(f"a demonstration does not fit the rollout buffer: {error}; raise "
                              "rollout.max_length and model.max_len") from None

@@ -1,0 +1,254 @@
+"""Self-play GRPO (`algorithm='grpo_selfplay'`): one policy proposes tasks and solves them.
+
+Each step, on host rollouts through the suite's guarded tools:
+
+  PROPOSE  the policy, prompted with the suite's proposal grammar (`TaskSuite.proposals`),
+           writes `round(selfplay.proposed_fraction * grpo.prompts_per_step)` proposals as its
+           answers. The checker (`tasks.ProposalChecker`) accepts those that are valid,
+           solvable, new in this run and no task of (or reserved for) an evaluation split, and
+           counts the others by reason; the suite's real tool computes each accepted task's
+           answer.
+  SOLVE    the accepted tasks, and training tasks filling the step's other prompts, are solved
+           by the same policy, `grpo.group_size` episodes each, scored by the suite's
+           verifiable reward.
+  REWARD   a proposal earns its learnability for the solver (`rewards.learnability_reward` of
+           its group's success rate: highest when the solver succeeds half the time), 0 when it
+           was rejected.
+  UPDATE   one GRPO update (`grpo.prepare_update`, the `grpo` phase's) on both roles' episodes,
+           with role-conditioned advantages (`losses.role_conditioned_advantages`): each
+           episode centred on its group (a solver task's group, or the step's proposals),
+           scaled within its role.
+
+The loop audits the solver episodes, drift-monitors their rewards and logs their success; the
+phase audits every proposer episode (`role: "proposer"`, with the checker's verdict, the task it
+became and its difficulty) and logs `selfplay/*`: accepted and rejected counts (cumulative, by
+reason: `selfplay/rejected_eval_split` shows the evaluation-split check at work), the accepted
+proposals' difficulty (`selfplay/proposal_<figure>`, e.g. operands), the solver's success on
+proposed and on training tasks, and the proposer's reward. Proposer tokens count against
+`sampled_token_budget`. The checker's state (seen proposals and counts) is saved with each
+checkpoint, so a resumed run continues exactly. At every evaluation point the loop also
+evaluates `heldout_ood` when the suite has it. `selfplay.png` plots proposal difficulty and
+solver success over training.
+"""
+
+import dataclasses
+import functools
+import os
+
+import jax
+import numpy as np
+
+from rlagents import episodes as episodes_lib
+from rlagents import losses
+from rlagents import metrics as metrics_lib
+from rlagents import rewards
+from rlagents import rollout as rollout_lib
+from rlagents import tasks as tasks_lib
+from rlagents.pipeline import _job as job_lib
+from rlagents.pipeline.phases import _base
+from rlagents.pipeline.phases import grpo as grpo_phase
+
+SOLVER, PROPOSER = 0, 1
+
+
+@dataclasses.dataclass
+class _Context:
+  update: object
+  reference: object
+  checker: tasks_lib.ProposalChecker
+  advantages: object     # jitted (rewards, group_ids, roles) -> advantages
+
+
+def num_proposals(config) -> int:
+  """Proposals the policy writes per step."""
+  return int(round(config.selfplay.proposed_fraction * config.grpo.prompts_per_step))
+
+
+def _grammar(job) -> tasks_lib.ProposalGrammar:
+  grammar = job.suite.proposals
+  if grammar is None:
+    raise job_lib.JobError(f"algorithm='grpo_selfplay': task suite {job.suite.name!r} gives no "
+                           "proposal grammar (TaskSuite.proposals)")
+  return grammar
+
+
+def proposer_episode(task: tasks_lib.ProposerTask, text: str) -> episodes_lib.Episode:
+  """A proposer episode that answers `task` with the proposal `text` (a demonstration)."""
+  segment = episodes_lib.ANSWER_OPEN + text + episodes_lib.ANSWER_CLOSE
+  return episodes_lib.Episode(task, [episodes_lib.Action(segment, "answer")], answer=text,
+                              done=True)
+
+
+class GRPOSelfPlay(_base.Phase):
+  """GRPO on the policy's own proposals and training tasks (`config.grpo`, `config.selfplay`)."""
+  name, phase_id, online = "grpo_selfplay", 3, True
+
+  def settings(self, config):
+    return config.grpo
+
+  def validate(self, config):
+    if num_proposals(config) < 1:
+      return (f"selfplay.proposed_fraction={config.selfplay.proposed_fraction} of "
+              f"grpo.prompts_per_step={config.grpo.prompts_per_step} rounds to no proposal per "
+              "step; raise either")
+    if config.diversity_weight:
+      return (f"algorithm='grpo_selfplay' does not support diversity_weight="
+              f"{config.diversity_weight}")
+    if config.selfplay.proposer_demonstrations == 0 and not config.init_from:
+      return ("algorithm='grpo_selfplay' from the built-in model needs proposer examples in SFT "
+              "(selfplay.proposer_demonstrations > 0): it cannot write a proposal otherwise")
+    return None
+
+  def warm_start_demonstrations(self, job, rng):
+    grammar = _grammar(job)
+    train = job.suite.splits["train"]
+    count = job.config.selfplay.proposer_demonstrations
+    sources = [train[i] for i in rng.choice(len(train), count, replace=count > len(train))]
+    return [proposer_episode(tasks_lib.ProposerTask(f"proposer-demo-{i}", grammar.prompt), text)
+            for i, text in enumerate(grammar.demonstrations(sources, rng))]
+
+  def prepare(self, job, state, reference):
+    grammar = _grammar(job)
+    update, reference = grpo_phase.prepare_update(job, reference)
+    checker = tasks_lib.ProposalChecker(
+        grammar, {split: job.suite.splits[split] for split in job.suite.eval_splits})
+    advantages = jax.jit(functools.partial(
+        losses.role_conditioned_advantages, num_groups=job.config.grpo.prompts_per_step + 1,
+        num_roles=2, epsilon=job.config.grpo.advantage_epsilon))
+    return _Context(update, reference, checker, advantages)
+
+  def step(self, job, context, state, *, step, key, rng):
+    config, grpo = job.config, job.config.grpo
+    grammar, checker = job.suite.proposals, context.checker
+    propose_key, solve_key = jax.random.split(key)
+    params = job.policy_params(state.params)
+
+    # PROPOSE
+    prompts = [tasks_lib.ProposerTask(f"proposer-{step}-{i}", grammar.prompt)
+               for i in range(num_proposals(config))]
+    proposals = rollout_lib.sample_episodes(
+        params, prompts, sampler=job.sampler, tokenizer=job.tokenizer,
+        toolbox_for=job.suite.toolbox_for, config=config.rollout, key=propose_key, rng=rng)
+    verdicts = [checker.check(episode.answer) for episode in proposals.episodes]
+    proposed = [v.task for v in verdicts if v.accepted]
+
+    # SOLVE
+    solver_tasks = proposed + self.draw_tasks(job, rng, grpo.prompts_per_step - len(proposed))
+    group_tasks = [task for task in solver_tasks for _ in range(grpo.group_size)]
+    solved = job.train_episodes(params, group_tasks, key=solve_key, rng=rng,
+                                group_size=grpo.group_size)
+    success = np.array([e.reward_terms["correct_answer"] for e in solved.episodes],
+                       np.float32).reshape(grpo.prompts_per_step, grpo.group_size).mean(axis=1)
+
+    # REWARD
+    rates = np.zeros(len(verdicts), np.float32)
+    rates[[i for i, v in enumerate(verdicts) if v.accepted]] = success[:len(proposed)]
+    accepted = np.array([v.accepted for v in verdicts])
+    proposer_rewards = np.asarray(rewards.learnability_reward(
+        rates, accepted, kind=config.selfplay.learnability))
+    self._score_proposals(job, proposals.episodes, verdicts, rates, proposer_rewards, step)
+
+    # UPDATE
+    solver_rewards = np.array([e.reward for e in solved.episodes], np.float32)
+    all_rewards = np.concatenate([solver_rewards, proposer_rewards])
+    groups = np.concatenate([np.repeat(np.arange(grpo.prompts_per_step), grpo.group_size),
+                             np.full(len(prompts), grpo.prompts_per_step)]).astype(np.int32)
+    roles = np.concatenate([np.full(len(solver_rewards), SOLVER),
+                            np.full(len(prompts), PROPOSER)]).astype(np.int32)
+    batch = {
+        "tokens": np.concatenate([solved.tokens, proposals.tokens]),
+        "loss_mask": np.concatenate([solved.loss_mask, proposals.loss_mask]),
+        "old_logprobs": np.concatenate([solved.logprobs, proposals.logprobs]),
+        "advantages": np.asarray(context.advantages(all_rewards, groups, roles), np.float32),
+    }
+    batch = self._pad(job, batch)
+    for _ in range(grpo.updates_per_batch):
+      state, metrics = context.update(state, context.reference, batch)
+    proposer_tokens = int(proposals.loss_mask.sum())
+    extra = self._metrics(job, checker, verdicts, proposed, success, proposer_rewards, proposer_tokens)
+    return _base.StepResult(state, metrics, solved, extra_metrics=extra,
+                            extra_sampled_tokens=proposer_tokens)
+
+  def _score_proposals(self, job, episodes, verdicts, rates, proposer_rewards, step):
+    """Sets each proposer episode's reward and terms, and writes it to the audit log."""
+    grammar = job.suite.proposals
+    for episode, verdict, rate, reward in zip(episodes, verdicts, rates, proposer_rewards):
+      episode.reward = float(reward)
+      episode.reward_terms = {"accepted": float(verdict.accepted),
+                              "solver_success": float(rate), "learnability": float(reward)}
+      fields = {"verdict": verdict.reason or "accepted"}
+      if verdict.accepted:
+        episode.reward_terms.update(grammar.difficulty(verdict.task))
+        fields["proposed_task_id"] = verdict.task.task_id
+      if verdict.split:
+        fields["eval_split"] = verdict.split
+      job.outputs.episodes([episode], phase=self.name, step=job.sft_steps + step + 1,
+                           policy="policy", role="proposer", **fields)
+
+  @staticmethod
+  def _pad(job, batch):
+    """Zero rows (no policy tokens, zero advantage) up to a multiple of the update's
+    micro-batch (or of the mesh's devices), which the two roles' rows need not fill."""
+    multiple = job.config.grpo.microbatch_size or job.mesh.devices.size
+    missing = -len(batch["tokens"]) % multiple
+    if not missing:
+      return batch
+    return {k: np.concatenate([v, np.zeros((missing,) + v.shape[1:], v.dtype)])
+            for k, v in batch.items()}
+
+  @staticmethod
+  def _metrics(job, checker, verdicts, proposed, success, proposer_rewards, proposer_tokens):
+    values = {"selfplay/proposals": float(len(verdicts)),
+              "selfplay/accepted_fraction": float(np.mean([v.accepted for v in verdicts])),
+              "selfplay/proposer_reward": float(np.mean(proposer_rewards)),
+              "selfplay/proposer_tokens": float(proposer_tokens)}
+    # Cumulative over the phase: how many proposals each check has turned away so far.
+    values.update({f"selfplay/rejected_{reason}": float(checker.counts[reason])
+                   for reason in tasks_lib.REJECTIONS})
+    if len(proposed) < len(success):
+      values["selfplay/train_task_success"] = float(np.mean(success[len(proposed):]))
+    if proposed:
+      values["selfplay/proposed_success"] = float(np.mean(success[:len(proposed)]))
+      figures = [job.suite.proposals.difficulty(task) for task in proposed]
+      for name in figures[0]:
+        values[f"selfplay/proposal_{name}"] = float(np.mean([f[name] for f in figures]))
+    return values
+
+  def checkpoint_metadata(self, context):
+    return {"selfplay_checker": context.checker.state()}
+
+  def restore(self, context, metadata):
+    if "selfplay_checker" in metadata:
+      context.checker.load(metadata["selfplay_checker"])
+
+  def extra_curve_splits(self, job):
+    return ("heldout_ood",) if "heldout_ood" in job.suite.eval_splits else ()
+
+  def panels(self, config):
+    return {"KL to SFT": ["grpo/kl"], **_PANELS}
+
+  def finish(self, job, context):
+    if context is None:
+      return {}
+    if job.outputs.primary:
+      csv_path = os.path.join(job.workdir, "metrics.csv")
+      figures = sorted({row["name"] for row in metrics_lib.read_csv(csv_path)
+                        if row["name"].startswith("selfplay/proposal_")})
+      metrics_lib.plot_learning_curves(
+          csv_path, os.path.join(job.workdir, "selfplay.png"),
+          panels={**_PANELS, "self-play: proposal difficulty": figures or _DIFFICULTY})
+    counts = context.checker.state()
+    return {"selfplay": {"proposals": counts["counts"],
+                         "eval_split_discards": counts["eval_split_counts"]}}
+
+
+# The calculator grammar's figures; a run's plot takes the figures its suite logged.
+_DIFFICULTY = ["selfplay/proposal_operands", "selfplay/proposal_max_digits"]
+_PANELS = {
+    "self-play: proposal difficulty": _DIFFICULTY,
+    "self-play: solver success": ["selfplay/proposed_success", "selfplay/train_task_success",
+                                  "eval/heldout_success", "eval/heldout_ood_success"],
+    "self-play: proposals": ["selfplay/accepted_fraction", "selfplay/proposer_reward"],
+}
+
+GRPO_SELFPLAY_PHASE = _base.register_phase(GRPOSelfPlay())

@@ -1,0 +1,101 @@
+"""The proposal interface and its checker, on the calculator suite's grammar."""
+
+import numpy as np
+import pytest
+
+from rlagents import tasks
+from rlagents.tasks import calculator
+
+CONFIG = tasks.CalculatorSuiteConfig(num_train=200, num_heldout=20, num_heldout_ood=20,
+                                     num_calibration=20)
+
+
+@pytest.fixture(scope="module")
+def splits():
+  return tasks.generate_suite(CONFIG)
+
+
+def _checker(splits):
+  grammar = tasks.proposal_grammar(CONFIG)
+  return tasks.ProposalChecker(grammar, {s: splits[s] for s in tasks.EVAL_SPLIT_NAMES})
+
+
+def test_an_accepted_proposal_carries_the_tools_answer(splits):
+  verdict = _checker(splits).check(" 12*345+6-78 ")
+  assert verdict.accepted and verdict.reason == ""
+  task = verdict.task
+  assert (task.expression, task.answer, task.split) == ("12*345+6-78", 12 * 345 + 6 - 78,
+                                                        "proposed")
+  assert task.prompt == "12*345+6-78=?" and task.num_operands == 4 and task.max_digits == 3
+  assert tasks.is_correct(task, "4068")
+
+
+@pytest.mark.parametrize("text", [
+    "12", "12+", "+12", "012+3", "1234+5", "1/2", "1 + 2", "(1+2)*3", "a+b", "",
+    "1+2+3+4+5+6+7",  # 7 operands of up to 3 digits may overflow int64: outside the grammar
+])
+def test_text_outside_the_grammar_is_invalid(splits, text):
+  checker = _checker(splits)
+  assert checker.check(text).reason == "invalid"
+  assert checker.counts["invalid"] == 1 and checker.counts["accepted"] == 0
+
+
+def test_no_answer_and_duplicates_are_rejected_and_counted(splits):
+  checker = _checker(splits)
+  assert checker.check(None).reason == "unanswered"
+  assert checker.check("1+2*3+4").accepted
+  assert checker.check("1+2*3+4").reason == "duplicate"
+  assert checker.counts == {"accepted": 1, "unanswered": 1, "invalid": 0, "unsolvable": 0,
+                            "duplicate": 1, "eval_split": 0}
+
+
+@pytest.mark.parametrize("split", tasks.EVAL_SPLIT_NAMES)
+def test_a_proposal_equal_to_an_evaluation_task_is_discarded(splits, split):
+  checker = _checker(splits)
+  for task in splits[split][:5]:
+    verdict = checker.check(task.expression)
+    assert (verdict.accepted, verdict.reason, verdict.split) == (False, "eval_split", split)
+  assert checker.counts["eval_split"] == 5 and checker.eval_split_counts[split] == 5
+  assert not checker.seen  # Never kept as a training task, not even as a seen key.
+
+
+def test_in_distribution_problems_reserved_by_hash_are_discarded(splits):
+  # Expressions of the training shape that the split rule assigns to heldout or calibration
+  # are discarded although these particular ones were not drawn into the splits.
+  grammar = tasks.proposal_grammar(CONFIG)
+  rng = np.random.default_rng(1)
+  reserved = {"heldout": 0, "calibration": 0}
+  checker = _checker(splits)
+  for _ in range(300):
+    a, b, c = rng.integers(0, 1000, size=3)
+    text = f"{a}+{b}*{c}"
+    expected = calculator._in_distribution_split(text)  # pylint: disable=protected-access
+    assert grammar.reserved_split(text) == (None if expected == "train" else expected)
+    verdict = checker.check(text)
+    if expected != "train":
+      reserved[expected] += 1
+      assert verdict.reason == "eval_split" and verdict.split == expected
+  assert reserved["heldout"] > 10 and reserved["calibration"] > 10
+  # Another shape (four operands) is never reserved by hash.
+  assert grammar.reserved_split("1+2+3+4") is None
+
+
+def test_checker_state_round_trips(splits):
+  checker = _checker(splits)
+  checker.check("1+2")
+  checker.check(splits["heldout_ood"][0].expression)
+  restored = _checker(splits)
+  restored.load(checker.state())
+  assert restored.state() == checker.state()
+  assert restored.check("1+2").reason == "duplicate"
+
+
+def test_demonstrations_are_accepted_proposals_of_two_to_n_operands(splits):
+  grammar = tasks.proposal_grammar(CONFIG)
+  texts = grammar.demonstrations(splits["train"], np.random.default_rng(0))
+  assert len(texts) == len(splits["train"])
+  counts = {len(grammar.to_task(t).expression.replace("*", "+").replace("-", "+").split("+"))
+            for t in texts}
+  assert counts == {2, 3}
+  assert grammar.difficulty(grammar.to_task("12*3")) == {"operands": 2.0, "length": 4.0,
+                                                        "max_digits": 2.0}
