@@ -17,12 +17,14 @@ class TaskFileError(ValueError):
   """A task record or task file that lacks a field or holds a bad value."""
 
 
-def split_of(key: str) -> str:
-  """The split of a problem, fixed by the sha256 of its text: splits are disjoint by design."""
+def split_of(key: str, heldout_fraction: float = _HELDOUT_FRACTION,
+             calibration_fraction: float = _CALIBRATION_FRACTION) -> str:
+  """The split of a problem, fixed by the sha256 of its text: splits are disjoint by design
+  (`heldout_fraction` and `calibration_fraction` of the hash range; the rest is 'train')."""
   position = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
-  if position < _HELDOUT_FRACTION:
+  if position < heldout_fraction:
     return "heldout"
-  if position < _HELDOUT_FRACTION + _CALIBRATION_FRACTION:
+  if position < heldout_fraction + calibration_fraction:
     return "calibration"
   return "train"
 

@@ -30,7 +30,6 @@ agent's) under a step limit, so a mutation that loops forever is discarded, not 
 """
 
 import dataclasses
-import hashlib
 import re
 import string
 import sys
@@ -427,15 +426,6 @@ def _tests(name: str, cases: list[str], values: list[Any]) -> str:
   return "".join(lines)
 
 
-def _split_of(key: str) -> str:
-  position = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
-  if position < _HELDOUT_FRACTION:
-    return "heldout"
-  if position < _HELDOUT_FRACTION + _CALIBRATION_FRACTION:
-    return "calibration"
-  return "train"
-
-
 def _function_candidates(rng: np.random.Generator, index: int):
   """One instance of template `index`: (kind, name, fixed source)."""
   kind, names, template = _TEMPLATES[index]
@@ -504,7 +494,7 @@ def generate_suite(config: BugFixSuiteConfig) -> dict[str, list[BugFixTask]]:
       short = [s for s in SPLITS if len(tasks[s]) < sizes[s]]
       raise RuntimeError(f"could not draw enough bug-fix tasks for splits {short}; ask for fewer")
     kind, name, fixed = _function_candidates(rng, int(rng.integers(len(_TEMPLATES))))
-    function_split = _split_of(fixed)
+    function_split = _records.split_of(fixed, _HELDOUT_FRACTION, _CALIBRATION_FRACTION)
     first_time = fixed not in seen_functions
     seen_functions.add(fixed)
     # One candidate per family, the families in random order: every family is drawn about
