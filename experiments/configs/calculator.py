@@ -7,6 +7,9 @@ Run (defaults; 6.5-10.5 minutes on a quiet 2-core CPU, held-out success 0.90-0.9
 Variants, picked after the colon:
 
     --config=experiments/configs/calculator.py:smoke   seconds; tiny model, few steps (tests)
+    --config=experiments/configs/calculator.py:chat_smoke --config.init_from=DIR
+        the smoke run in a checkpoint's own chat template (`format='chat'`, docs/models.md);
+        DIR from `python -m experiments.chat_checkpoint --out=DIR` (no download)
 
 Any field can be overridden, e.g. `--config.grpo.kl_beta=0.04 --config.seed=1`. The phase after
 SFT is `--config.algorithm=grpo|ppo|dpo|kto`; `--config.soft_reward.weight=0.5` adds a reward
@@ -19,7 +22,7 @@ import ml_collections
 
 from rlagents import pipeline
 
-VARIANTS = ("default", "smoke")
+VARIANTS = ("default", "smoke", "chat_smoke")
 
 
 def get_config(variant: str = "default") -> ml_collections.ConfigDict:
@@ -27,7 +30,7 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
   if variant not in VARIANTS:
     raise ValueError(f"unknown config variant {variant!r}; choose from {', '.join(VARIANTS)}")
   values = pipeline.config_to_dict(pipeline.AgentJobConfig())
-  if variant == "smoke":
+  if variant in ("smoke", "chat_smoke"):
     # Two-operand problems and short runs: SFT learns the call format in ~200 steps and GRPO
     # raises held-out success within 16 steps, in about a minute on 2 CPU cores.
     values["model"].update(max_len=128)
@@ -50,4 +53,12 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     values["eval"].update(every_steps=4, curve_tasks=64, greedy_too=False)
     values["checkpoint_every"] = 8
     values["log_every"] = 4
+  if variant == "chat_smoke":
+    # A chat template's prompt lists the tools' JSON schemas (about 150 BPE tokens with the
+    # tokenizer of `experiments.chat_checkpoint`); a call and its result about 30 tokens.
+    values["format"] = "chat"
+    values["model"].update(max_len=320)
+    values["rollout"].update(max_length=320)
+    values["sft"].update(num_steps=400)
+    values["sft"]["optimizer"].update(decay_steps=380)
   return ml_collections.ConfigDict(values)

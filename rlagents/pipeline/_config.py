@@ -10,6 +10,8 @@ import difflib
 import typing
 from typing import Any, Mapping
 
+from rlagents.episodes import ChatSettings
+from rlagents.episodes import FORMATS
 from rlagents.learners import DPOConfig
 from rlagents.learners import GRPOConfig
 from rlagents.learners import PPOAgentConfig
@@ -200,9 +202,16 @@ class AgentJobConfig:
     model: the policy network (vocab_size is taken from the tokenizer).
     init_from: '' for the built-in character-level model, or a local Hugging Face Llama / Qwen2
       checkpoint directory to start from: its architecture, weights and tokenizer replace the
-      built-in ones, and of `model` only max_len, dtype, param_dtype and value_head apply. Its
-      tokenizer must have the format's marker tokens (`<call>`, `</answer>`, ...) as single
-      tokens; the error lists any that are missing (see `rlagents.pipeline._policy_init`).
+      built-in ones, and of `model` only max_len, dtype, param_dtype and value_head apply. In
+      the marker format its tokenizer must have the marker tokens (`<call>`, `</answer>`, ...)
+      as single tokens; the error lists any that are missing (see
+      `rlagents.pipeline._policy_init`). In the chat format it needs a chat template that
+      renders tools.
+    format: how episodes are written (`episodes.FORMATS`, see docs/models.md): 'marker', the
+      project's marker tokens (the built-in model's format), or 'chat', the `init_from`
+      checkpoint's own chat template with the tools' JSON schemas and its own tool-call syntax
+      (`episodes.ChatFormat`); host rollouts only.
+    chat: the chat format's tool-call syntax and system prompt (`episodes.ChatSettings`).
     lora: train low-rank adapters only (rank 0: full fine-tuning).
     tasks: the calculator task suite and its splits.
     tool_failure_rate: fraction of calculator calls that fail transiently ("busy, retry").
@@ -279,6 +288,8 @@ class AgentJobConfig:
   scripted_policy: str = ""
   model: TransformerConfig = dataclasses.field(default_factory=_default_model)
   init_from: str = ""
+  format: str = "marker"
+  chat: ChatSettings = ChatSettings()
   lora: LoraSettings = LoraSettings()
   tasks: CalculatorSuiteConfig = CalculatorSuiteConfig()
   tool_failure_rate: float = 0.2
@@ -311,6 +322,11 @@ class AgentJobConfig:
     if self.rollout_mode not in ROLLOUT_MODES:
       raise ValueError(f"rollout_mode must be one of {', '.join(ROLLOUT_MODES)}, got "
                        f"{self.rollout_mode!r}")
+    if self.format not in FORMATS:
+      raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
+    if self.format != "marker" and self.rollout_mode == "jit":
+      raise ValueError(f"rollout_mode='jit' runs the marker format on the built-in character "
+                       f"tokenizer only; format={self.format!r} needs rollout_mode='host'")
     if self.diversity_weight < 0:
       raise ValueError(f"diversity_weight must be >= 0, got {self.diversity_weight}")
     if not self.task:

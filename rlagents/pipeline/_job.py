@@ -78,6 +78,8 @@ class Job:
     config, workdir: the run's.
     suite: the task suite (`tasks.TaskSuite`): splits, guarded tools, verifier, expert.
     tokenizer, model: the policy's.
+    format: how episodes become token ids (`episodes.MarkerFormat`, or `episodes.ChatFormat`
+      with the checkpoint's chat template when `config.format == 'chat'`).
     lora: the LoRA config when only adapters train, else None.
     apply_fn: the policy's apply on its train-state parameters (LoRA merged inside).
     sampler, sampler_greedy, sampler_eval: segment samplers at the rollout's, 0 and the
@@ -96,10 +98,19 @@ class Job:
     self.suite = load_suite(config, workdir)
     try:
       policy = _policy_init.initial_policy(config.model, config.init_from,
-                                           getattr(self.suite, "characters", ""))
+                                           getattr(self.suite, "characters", ""), config.format)
     except _policy_init.PolicyInitError as error:
       raise JobError(str(error)) from None
     self.tokenizer = policy.tokenizer
+    if config.format == "chat":
+      try:
+        self.format = episodes_lib.ChatFormat(
+            self.tokenizer, lambda task: self.suite.toolbox_for(task).specs, config.chat,
+            source=config.init_from)
+      except episodes_lib.FormatError as error:
+        raise JobError(f"init_from: {error}") from None
+    else:
+      self.format = episodes_lib.MarkerFormat(self.tokenizer)
     self.model = networks.Transformer(policy.model_config)
     self.pretrained_params = policy.params
     # With LoRA the trained parameters are {'base': frozen variables, 'lora': adapters}, and
@@ -118,12 +129,16 @@ class Job:
         return model.apply(merged, *args, **kwargs)
 
       self.apply_fn = apply_lora
-    self.sampler = rollout_lib.make_sampler(self.model, self.tokenizer, config.rollout)
+    stops = self.format.stop_tokens
+    self.sampler = rollout_lib.make_sampler(self.model, self.tokenizer, config.rollout,
+                                            stop_tokens=stops)
     self.sampler_greedy = rollout_lib.make_sampler(
-        self.model, self.tokenizer, dataclasses.replace(config.rollout, temperature=0.0))
+        self.model, self.tokenizer, dataclasses.replace(config.rollout, temperature=0.0),
+        stop_tokens=stops)
     self.sampler_eval = rollout_lib.make_sampler(
         self.model, self.tokenizer,
-        dataclasses.replace(config.rollout, temperature=config.eval.temperature))
+        dataclasses.replace(config.rollout, temperature=config.eval.temperature),
+        stop_tokens=stops)
     self.mesh = parallel.make_mesh(config.mesh)
     self.outputs = None
     self.learned_scorer = None
@@ -146,7 +161,9 @@ class Job:
   def expert_episodes(self, tasks, rng) -> list[episodes_lib.Episode]:
     if self.suite.expert is None:
       raise JobError(f"task suite {self.suite.name!r} has no expert: SFT needs demonstrations")
-    episodes = self.suite.expert(list(tasks), rng, self.config.rollout.max_tool_calls)
+    episodes = self.format.adopt(
+        self.suite.expert(list(tasks), rng, self.config.rollout.max_tool_calls),
+        self.suite.toolbox_for)
     self.score(episodes)
     return episodes
 
@@ -162,7 +179,7 @@ class Job:
     batch = rollout_lib.sample_episodes(
         params, tasks, sampler=sampler or self.sampler,
         tokenizer=self.tokenizer, toolbox_for=self.suite.toolbox_for, config=self.config.rollout,
-        key=key, rng=rng)
+        key=key, rng=rng, episode_format=self.format)
     self.score(batch.episodes)
     return batch
 

@@ -87,6 +87,10 @@ def _start(job: job_lib.Job, phase: phases.Phase, checkpointer) -> _checkpoints.
 
 def _prepare_run(config: _config.AgentJobConfig, workdir: str) -> job_lib.Job:
   _validate.check_config(config)
+  if config.format == "chat" and not config.init_from:
+    # A config, not yet a run: `calculator.py:chat_smoke` leaves init_from to the command line.
+    raise job_lib.JobError("format='chat' renders episodes with a checkpoint's chat template; "
+                           "set init_from to a Hugging Face directory whose tokenizer has one")
   _check_workdir(config, workdir)
   try:
     job = job_lib.Job(config, workdir)

@@ -4,13 +4,16 @@ With `AgentJobConfig.init_from` set to a checkpoint directory, the architecture,
 the tokenizer come from that checkpoint (`rlagents.hf.load_pretrained`); of `AgentJobConfig.model`
 only `max_len`, `dtype`, `param_dtype` and `value_head` apply.
 
-The calculator format is text with marker tokens (`rlagents.tools`): `<bos>`, `<eos>`, `<call>`,
+In the marker format (`AgentJobConfig.format='marker'`, the default) episodes are text with
+marker tokens (`rlagents.tools`): `<bos>`, `<eos>`, `<call>`,
 `</call>`, `<obs>`, `</obs>`, `<answer>`, `</answer>`. The sampler stops on `</call>`,
 `</answer>` and `<eos>` token ids, so each marker must be one token of the checkpoint's
 tokenizer. A tokenizer without them is refused with an error that lists the missing markers:
 adding tokens silently would also mean new, untrained embedding rows, which is a modelling
 choice the user should make (add them as special tokens, resize the embeddings, save, and point
-`init_from` at the result).
+`init_from` at the result). In the chat format (`format='chat'`) the checkpoint keeps its own
+vocabulary: episodes are rendered by its chat template (`episodes.ChatFormat`), which must
+exist and render tools.
 """
 
 from __future__ import annotations
@@ -68,11 +71,13 @@ class InitialPolicy:
 
 
 def initial_policy(model: networks.TransformerConfig, init_from: str,
-                   characters: str = "") -> InitialPolicy:
+                   characters: str = "", episode_format: str = "marker") -> InitialPolicy:
   """The built-in character-level model (`init_from == ''`) or the checkpoint at `init_from`.
 
   `characters`: what the task suite writes beyond the built-in characters (the built-in
   tokenizer gets them; a checkpoint's tokenizer must already have them).
+  `episode_format`: 'marker' checks the checkpoint's tokenizer for the marker tokens; 'chat'
+  for a chat template that renders tools.
 
   Raises:
     PolicyInitError: for a checkpoint that does not load (`hf.CheckpointError`, whose message
@@ -88,5 +93,11 @@ def initial_policy(model: networks.TransformerConfig, init_from: str,
                                 param_dtype=model.param_dtype, value_head=model.value_head)
   except hf.CheckpointError as error:
     raise PolicyInitError(f"init_from: {error}") from None
-  check_format_tokens(loaded.tokenizer, init_from)
+  if episode_format == "marker":
+    check_format_tokens(loaded.tokenizer, init_from)
+  else:
+    try:
+      episodes_lib.check_chat_template(loaded.tokenizer, init_from)
+    except episodes_lib.FormatError as error:
+      raise PolicyInitError(f"init_from: {error}") from None
   return InitialPolicy(loaded.tokenizer, loaded.config, loaded.params)

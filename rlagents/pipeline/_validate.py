@@ -12,6 +12,9 @@ from rlagents import tasks as tasks_lib
 from rlagents.pipeline import _config
 from rlagents.pipeline import phases
 
+# The suites whose experts' demonstrations `episodes.ChatFormat` rewrites in a chat syntax.
+CHAT_SUITES = ("calculator", "retrieval")
+
 
 def drift_points(config: _config.AgentJobConfig, num_steps: int) -> int:
   """Evaluation points of an online phase of `num_steps` steps (every `eval.every_steps` steps
@@ -34,6 +37,14 @@ def _problem(config: _config.AgentJobConfig) -> str | None:
   if config.rollout_mode == "jit" and config.algorithm not in ("grpo", "grpo_jit"):
     return (f"rollout_mode='jit' runs GRPO steps in one program; algorithm={config.algorithm!r}"
             " samples on the host (use rollout_mode='host')")
+  if config.format == "chat":
+    if config.task not in CHAT_SUITES or config.scripted_policy:
+      return (f"format='chat' trains a policy on the {', '.join(CHAT_SUITES)} suite(s); "
+              f"task={config.task!r}, scripted_policy={config.scripted_policy!r}")
+    if config.algorithm not in ("grpo", "ppo") or config.soft_reward.weight:
+      return (f"format='chat' runs SFT then algorithm='grpo' or 'ppo' (the preference data "
+              f"of dpo, kto and the reward model are marker text); got algorithm="
+              f"{config.algorithm!r}, soft_reward.weight={config.soft_reward.weight}")
   if config.scripted_policy and config.task not in ("retrieval", "codefix"):
     return (f"scripted_policy={config.scripted_policy!r} plays on the retrieval or code-fix "
             f"suite; task={config.task!r} trains a policy (leave scripted_policy '')")
@@ -61,7 +72,8 @@ def _problem(config: _config.AgentJobConfig) -> str | None:
     if getattr(config.preferences, name) and config.algorithm != reader:
       return (f"preferences.{name} is read by algorithm={reader!r} only; "
               f"algorithm={config.algorithm!r} would ignore it")
-  if phase.online and config.eval.every_steps:
+  # With no RL steps (an SFT-only run) there is nothing for the drift monitor to watch.
+  if phase.online and config.eval.every_steps and phase.num_steps(config) > 0:
     points = drift_points(config, phase.num_steps(config))
     if points < config.proxy_drift.window:
       return (f"proxy_drift.window={config.proxy_drift.window} needs that many evaluation points "

@@ -48,7 +48,8 @@ class SFT(_base.Phase):
                            role="proposer")
     try:
       data = episodes_lib.stack_episodes(demos + extra, job.tokenizer,
-                                         config.rollout.max_length)
+                                         config.rollout.max_length,
+                                         episode_format=job.format)
     except episodes_lib.EncodeError as error:
       raise job_lib.JobError(f"a demonstration does not fit the rollout buffer: {error}; raise "
                              "rollout.max_length and model.max_len") from None
