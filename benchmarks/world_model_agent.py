@@ -2,6 +2,7 @@ r"""GRPO on the key-door world with imagined episodes beside real ones, against 
 
     python benchmarks/world_model_agent.py --seeds=0,1,2 --json=/tmp/world_model_agent.json
     python benchmarks/world_model_agent.py --variant=smoke --seeds=0      # minutes, for checks
+    python benchmarks/world_model_agent.py --simulator_accuracy --seeds=0  # the simulator alone
 
 For each seed, SFT runs once (the job's `sft` phase on the noisy expert); its checkpoint and
 audit log are copied into two runs that differ only after SFT:
@@ -15,6 +16,13 @@ Figures per run, from its report and audit log: held-out and OOD success (real e
 temperature 1), real tool calls spent in GRPO, calibration gaps between imagination and
 reality, and held-out + OOD success by the length of the world's shortest solution (calls).
 Prints a table and writes everything to `--json`; never fails on a figure.
+
+With `--simulator_accuracy` no policy is trained: the simulator is fit as `grpo_dyna` first
+fits it (`imagination.*` of the config, on the real transitions of the audit log, here the
+`sft.num_demonstrations` noisy-expert episodes the SFT phase writes there), then scored on real
+transitions of fresh expert episodes in the held-out worlds (`heldout`, `heldout_ood`): exact
+next observation (whole string), effect (what the reward reads) and goal (what done and
+success read).
 """
 
 import json
@@ -33,6 +41,8 @@ _REFIT = flags.DEFINE_integer("refit_every", 10, "Simulator refit period (dyna).
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/world_model_agent", "Where the runs go.")
 _JSON = flags.DEFINE_string("json", "", "Write the figures here too.")
 _OVERRIDES = flags.DEFINE_multi_string("override", [], "Extra config overrides key=value.")
+_ACCURACY = flags.DEFINE_bool("simulator_accuracy", False,
+                              "Only fit the simulator and score it on held-out transitions.")
 
 
 def _config(seed, extra):
@@ -90,10 +100,60 @@ def _run(seed, name, extra, sft_dir):
   }
 
 
+def _simulator_accuracy(seed):
+  """Fit the simulator on the expert's logged transitions; its held-out accuracy per split."""
+  import time  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from rlagents import guardrails  # pylint: disable=g-import-not-at-top
+  from rlagents import hf  # pylint: disable=g-import-not-at-top
+  from rlagents import networks  # pylint: disable=g-import-not-at-top
+  from rlagents import world_models  # pylint: disable=g-import-not-at-top
+  from rlagents.tasks import keydoor  # pylint: disable=g-import-not-at-top
+  config = _config(seed, [])
+  settings, tokenizer = config.imagination, hf.build_char_tokenizer()
+  suite = keydoor.suite(config, "")
+  train = suite.splits["train"]
+  tasks = [train[i % len(train)] for i in range(config.sft.num_demonstrations)]
+  max_calls = config.rollout.max_tool_calls
+  demos = suite.expert(tasks, np.random.default_rng(seed), max_calls)
+  path = os.path.join(_WORKDIR.value, f"seed{seed}_simulator", "episodes.jsonl")
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  guardrails.AuditLog(path, resume_step=None).write(
+      demos, phase="sft_demonstration", step=0, policy="expert", suite="keydoor")
+  transitions = world_models.transitions_from_audit(path)
+  model = networks.Transformer(world_models.text_world_model_config(
+      len(tokenizer), d_model=settings.d_model, n_layers=settings.n_layers))
+  start = time.time()
+  params, losses = world_models.fit_text_world_model(
+      model, world_models.encode_text_transitions(transitions, tokenizer),
+      steps=settings.fit_steps, batch_size=settings.batch_size,
+      learning_rate=settings.learning_rate, seed=seed)
+  result = {"train_transitions": len(transitions), "fit_steps": settings.fit_steps,
+            "fit_seconds": time.time() - start, "nll_first_last": [losses[0], losses[-1]]}
+  for offset, split in enumerate(("heldout", "heldout_ood"), start=1):
+    played = suite.expert(suite.splits[split], np.random.default_rng(seed + 1000 * offset),
+                          max_calls)
+    split_path = path.replace("episodes", split)
+    guardrails.AuditLog(split_path, resume_step=None).write(
+        played, phase="eval", step=0, policy="expert", suite="keydoor")
+    heldout = world_models.transitions_from_audit(split_path)
+    start = time.time()
+    scores = world_models.text_world_model_accuracy(model, params, heldout, tokenizer)
+    result[split] = {**scores, "transitions": len(heldout), "seconds": time.time() - start}
+  print(f"seed {seed} simulator: {json.dumps(result)}", flush=True)
+  return result
+
+
 def main(argv):
   del argv
   from rlagents import pipeline  # pylint: disable=g-import-not-at-top
   results = {}
+  if _ACCURACY.value:
+    results = {s: _simulator_accuracy(int(s)) for s in _SEEDS.value.split(",")}
+    if _JSON.value:
+      with open(_JSON.value, "w") as f:
+        json.dump(results, f, indent=2)
+    return
   dyna_steps = max(1, round(_STEPS.value / (1 - _FRACTION.value)))
   for seed in [int(s) for s in _SEEDS.value.split(",")]:
     sft_dir = os.path.join(_WORKDIR.value, f"seed{seed}_sft")

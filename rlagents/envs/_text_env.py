@@ -12,8 +12,9 @@ forms that share the text format, the markers and the rules of `episodes.advance
   buffer; `rollout.make_jit_rollout` and `learners.make_jit_grpo_step` run any of them.
 
 A suite that has both gives `TaskSuite.jax_env`, and for the same policy, parameters and key the
-two rollouts write the same tokens and loss masks (`tests/envs/test_text_env.py` checks it for
-every built-in one: the calculator, the key-door world and the learned key-door simulator).
+two rollouts write the same tokens and loss masks (checked for every built-in one: the
+calculator in `tests/rollout/test_jit_rollout.py`, the key-door world and the learned key-door
+simulator in `tests/rollout/test_text_env_rollouts.py`).
 """
 
 from typing import Any, Protocol

@@ -180,8 +180,7 @@ class GRPODyna(_base.Phase):
                                                   context.sim_params, job.tokenizer)
     real, imagined = calibration_success(job.model, job.policy_params(state.params), real_env,
                                          sim_env, job.config.rollout, key)
-    gap = imagined - real
-    alarm = abs(gap) > settings.gap_margin
+    gap, alarm = imagination_gap(real, imagined, margin=settings.gap_margin)
     if alarm:
       job.drift_monitor.alarms.append(job.sft_steps + step + 1)
       if settings.stop_on_gap:
@@ -213,6 +212,14 @@ def calibration_success(model, params, real_env, sim_env, rollout_config, key
   real_episodes = jax.jit(real)(params, task_ids, key)
   imagined_episodes = jax.jit(imagined)(params, task_ids, key)
   return (float(jnp.mean(real_episodes.correct)), float(jnp.mean(imagined_episodes.correct)))
+
+
+def imagination_gap(real: float, imagined: float, *, margin: float) -> tuple[float, bool]:
+  """`(imagined - real, alarm)`: the alarm when success in imagination and in reality differ
+  by more than `margin` either way (the model flatters the policy, or it fails where reality
+  does not: both mean the policy is learning a world that is not there)."""
+  gap = imagined - real
+  return gap, abs(gap) > margin
 
 
 GRPO_DYNA_PHASE = _base.register_phase(GRPODyna())
