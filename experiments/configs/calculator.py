@@ -10,6 +10,10 @@ Variants, picked after the colon:
     --config=experiments/configs/calculator.py:chat_smoke --config.init_from=DIR
         the smoke run in a checkpoint's own chat template (`format='chat'`, docs/models.md);
         DIR from `python -m experiments.chat_checkpoint --out=DIR` (no download)
+    --config=experiments/configs/calculator.py:selfplay        the default job with self-play
+                                                               after SFT (docs/selfplay.md)
+    --config=experiments/configs/calculator.py:selfplay_smoke  minutes; self-play on the smoke
+                                                               job (tests)
 
 Any field can be overridden, e.g. `--config.grpo.kl_beta=0.04 --config.seed=1`. The phase after
 SFT is `--config.algorithm=grpo|ppo|dpo|kto`; `--config.soft_reward.weight=0.5` adds a reward
@@ -22,7 +26,7 @@ import ml_collections
 
 from rlagents import pipeline
 
-VARIANTS = ("default", "smoke", "chat_smoke")
+VARIANTS = ("default", "smoke", "chat_smoke", "selfplay", "selfplay_smoke")
 
 
 def get_config(variant: str = "default") -> ml_collections.ConfigDict:
@@ -30,7 +34,9 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
   if variant not in VARIANTS:
     raise ValueError(f"unknown config variant {variant!r}; choose from {', '.join(VARIANTS)}")
   values = pipeline.config_to_dict(pipeline.AgentJobConfig())
-  if variant in ("smoke", "chat_smoke"):
+  if variant.startswith("selfplay"):
+    values["algorithm"] = "grpo_selfplay"
+  if variant in ("smoke", "chat_smoke", "selfplay_smoke"):
     # Two-operand problems and short runs: SFT learns the call format in ~200 steps and GRPO
     # raises held-out success within 16 steps, in about a minute on 2 CPU cores.
     values["model"].update(max_len=128)
@@ -53,6 +59,15 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     values["eval"].update(every_steps=4, curve_tasks=64, greedy_too=False)
     values["checkpoint_every"] = 8
     values["log_every"] = 4
+  if variant == "selfplay_smoke":
+    # A clean demonstrator, so that the SFT solver already solves most two-operand problems
+    # and the proposer has something to learn: which problems it solves only half the time.
+    values["expert"].update(skip_tool_rate=0.0, typo_rate=0.0, malformed_rate=0.0,
+                            retry_rate=1.0, redundant_rate=0.0)
+    values["selfplay"].update(proposed_fraction=1.0, proposer_demonstrations=200)
+    values["grpo"].update(num_steps=40)
+    values["eval"].update(every_steps=10)
+    values["checkpoint_every"] = 20
   if variant == "chat_smoke":
     # A chat template's prompt lists the tools' JSON schemas (about 150 BPE tokens with the
     # tokenizer of `experiments.chat_checkpoint`); a call and its result about 30 tokens.

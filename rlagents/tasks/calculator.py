@@ -276,9 +276,10 @@ def is_correct(task: CalculatorTask, answer_text: str) -> bool:
 def proposal_grammar(config: CalculatorSuiteConfig) -> _proposals.ProposalGrammar:
   """How the policy proposes calculator problems (self-play; see `tasks.ProposalGrammar`).
 
-  A proposal is an expression over the suite's operators: 2 to `18 // ood_max_digits`
+  A proposal is an expression over the suite's operators: 1 to `18 // ood_max_digits`
   non-negative numbers of at most `ood_max_digits` digits, without leading zeros or spaces
-  (so its text is its canonical form), e.g. `12*345+6-78`. Its answer is what the real
+  (so its text is its canonical form), e.g. `12*345+6-78`. A lone number is a valid (trivial)
+  problem: the solver always solves it, so it earns the proposer nothing. Its answer is what the real
   calculator tool returns (no transient failure). A proposal is reserved for `heldout` or
   `calibration` when it has the in-distribution shape and its hash puts it there (the rule that
   assigns the splits); `heldout_ood` problems are caught by the checker by their text.
@@ -286,14 +287,14 @@ def proposal_grammar(config: CalculatorSuiteConfig) -> _proposals.ProposalGramma
   digits, operators = config.ood_max_digits, config.operators
   max_operands = _MAX_TOTAL_DIGITS // digits
   number = f"(?:0|[1-9][0-9]{{0,{digits - 1}}})"
-  pattern = re.compile(f"{number}(?:[{re.escape(operators)}]{number}){{1,{max_operands - 1}}}")
+  pattern = re.compile(f"{number}(?:[{re.escape(operators)}]{number}){{0,{max_operands - 1}}}")
   calculator_tool = tools.CalculatorTool(failure_rate=0.0)
   no_failures = np.random.default_rng(0)  # unused: the tool draws only for its failure rate
 
   def to_task(text: str) -> CalculatorTask:
     if not pattern.fullmatch(text):
       raise _proposals.InvalidProposal(
-          f"{text!r} is not 2-{max_operands} numbers of at most {digits} digits joined by "
+          f"{text!r} is not 1-{max_operands} numbers of at most {digits} digits joined by "
           f"{operators!r}")
     try:
       answer = int(calculator_tool(text, no_failures))
@@ -319,12 +320,12 @@ def proposal_grammar(config: CalculatorSuiteConfig) -> _proposals.ProposalGramma
             "max_digits": float(task.max_digits)}
 
   def demonstrations(train_tasks, rng: np.random.Generator) -> list[str]:
-    # A training expression cut after a random number of its operands (at least two), so the
-    # warm-started proposer has seen that the count varies.
+    # A training expression cut after a random number of its operands, so the warm-started
+    # proposer has seen that the count varies (and never more operands than training has).
     texts = []
     for task in train_tasks:
       parts = re.findall(r"[0-9]+|[^0-9]", task.expression)
-      keep = int(rng.integers(2, task.num_operands + 1)) if task.num_operands > 2 else 2
+      keep = int(rng.integers(1, task.num_operands + 1))
       texts.append("".join(parts[:2 * keep - 1]))
     return texts
 

@@ -31,7 +31,7 @@ def test_an_accepted_proposal_carries_the_tools_answer(splits):
 
 
 @pytest.mark.parametrize("text", [
-    "12", "12+", "+12", "012+3", "1234+5", "1/2", "1 + 2", "(1+2)*3", "a+b", "",
+    "12+", "+12", "012+3", "1234+5", "1/2", "1 + 2", "(1+2)*3", "a+b", "",
     "1+2+3+4+5+6+7",  # 7 operands of up to 3 digits may overflow int64: outside the grammar
 ])
 def test_text_outside_the_grammar_is_invalid(splits, text):
@@ -44,8 +44,9 @@ def test_no_answer_and_duplicates_are_rejected_and_counted(splits):
   checker = _checker(splits)
   assert checker.check(None).reason == "unanswered"
   assert checker.check("1+2*3+4").accepted
+  assert checker.check("42").accepted  # a lone number: valid, and trivial
   assert checker.check("1+2*3+4").reason == "duplicate"
-  assert checker.counts == {"accepted": 1, "unanswered": 1, "invalid": 0, "unsolvable": 0,
+  assert checker.counts == {"accepted": 2, "unanswered": 1, "invalid": 0, "unsolvable": 0,
                             "duplicate": 1, "eval_split": 0}
 
 
@@ -90,12 +91,34 @@ def test_checker_state_round_trips(splits):
   assert restored.check("1+2").reason == "duplicate"
 
 
-def test_demonstrations_are_accepted_proposals_of_two_to_n_operands(splits):
+def test_demonstrations_are_accepted_proposals_of_one_to_n_operands(splits):
   grammar = tasks.proposal_grammar(CONFIG)
   texts = grammar.demonstrations(splits["train"], np.random.default_rng(0))
   assert len(texts) == len(splits["train"])
   counts = {len(grammar.to_task(t).expression.replace("*", "+").replace("-", "+").split("+"))
             for t in texts}
-  assert counts == {2, 3}
+  assert counts == {1, 2, 3}  # never more than training's three
   assert grammar.difficulty(grammar.to_task("12*3")) == {"operands": 2.0, "length": 4.0,
                                                         "max_digits": 2.0}
+
+
+def test_any_suite_grammar_plugs_in_and_unsolvable_is_counted():
+  # A toy grammar: a word whose "answer" is its length, unsolvable when it has no vowel.
+  def to_task(text):
+    if not text.isalpha():
+      raise tasks.InvalidProposal(text)
+    if not set(text) & set("aeiou"):
+      raise tasks.UnsolvableProposal(text)
+    return text
+
+  grammar = tasks.ProposalGrammar(
+      prompt="word:", to_task=to_task, key=lambda task: task,
+      reserved_split=lambda key: "calibration" if key.startswith("z") else None,
+      difficulty=lambda task: {"length": len(task)},
+      demonstrations=lambda train, rng: list(train))
+  checker = tasks.ProposalChecker(grammar, {"heldout": ["apple"], "calibration": []})
+  verdicts = [checker.check(t) for t in ("banana", "rhythm", "b4", "apple", "zebra", "banana")]
+  assert [v.reason for v in verdicts] == ["", "unsolvable", "invalid", "eval_split",
+                                          "eval_split", "duplicate"]
+  assert [v.split for v in verdicts][3:5] == ["heldout", "calibration"]
+  assert checker.eval_split_counts == {"heldout": 1, "calibration": 1}

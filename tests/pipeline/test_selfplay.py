@@ -1,0 +1,175 @@
+"""Self-play (`algorithm='grpo_selfplay'`) in the job: its config, a smoke run whose proposals
+grow harder, and an exact resume mid-phase.
+
+The smoke run is `calculator.py:selfplay_smoke` (clean demonstrator, two-operand training
+problems, 40 self-play steps of 8 proposals); the resume test shortens SFT to 30 steps and
+self-play to 10 steps with a checkpoint every 5 (exactness does not need a good policy).
+"""
+
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from experiments import configs
+from experiments.configs import calculator
+from rlagents import checkpoint
+from rlagents import guardrails
+from rlagents import pipeline
+from rlagents.metrics import read_csv
+from rlagents.pipeline import _replay
+from rlagents.pipeline import _report
+
+
+def _config(variant="selfplay_smoke", **overrides):
+  return pipeline.config_from_dict(configs.with_overrides(
+      calculator.get_config(variant).to_dict(), overrides))
+
+
+def test_selfplay_variants_build_and_name_the_phase():
+  assert "grpo_selfplay" in pipeline.phases.algorithms()
+  for variant in ("selfplay", "selfplay_smoke"):
+    config = _config(variant)
+    assert config.algorithm == "grpo_selfplay"
+    assert pipeline.phases.rl_phase_name(config) == "grpo_selfplay"
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"selfplay.proposed_fraction": 1.5}, "selfplay.proposed_fraction must be in"),
+    ({"selfplay.proposed_fraction": 0.01}, "selfplay.proposed_fraction=0.01 of "
+                                           "grpo.prompts_per_step=8 rounds to no proposal"),
+    ({"selfplay.learnability": "entropy"}, "selfplay.learnability must be one of"),
+    ({"selfplay.proposer_demonstrations": -1}, "selfplay.proposer_demonstrations must be"),
+    ({"selfplay.proposer_demonstrations": 0}, "selfplay.proposer_demonstrations > 0"),
+    ({"diversity_weight": 0.1}, "does not support diversity_weight"),
+    ({"rollout_mode": "jit"}, "rollout_mode='jit' runs GRPO steps in one program"),
+])
+def test_bad_settings_are_refused_in_one_line(overrides, message):
+  with pytest.raises(pipeline.ConfigError, match=message.replace("(", r"\(")) as error:
+    _config(**overrides)
+  assert "\n" not in str(error.value)
+
+
+def _proposals(workdir):
+  records = guardrails.read_audit_log(os.path.join(workdir, "audit", "episodes.jsonl"))
+  return [r for r in records if r["phase"] == "grpo_selfplay" and r.get("role") == "proposer"]
+
+
+def _mean_operands(records):
+  return float(np.mean([r["reward_terms"]["operands"] for r in records
+                        if r["verdict"] == "accepted"]))
+
+
+@pytest.mark.slow  # SFT 250 steps, 40 self-play steps: a few minutes on 2 cores.
+def test_smoke_run_proposals_grow_harder_and_evaluation_tasks_stay_out(tmp_path):
+  workdir = str(tmp_path / "run")
+  report = pipeline.train_and_evaluate(_config(), workdir)
+  proposals = _proposals(workdir)
+  steps = sorted({r["step"] for r in proposals})
+  assert len(steps) == 40 and len(proposals) == 40 * 8
+  first = [r for r in proposals if r["step"] in steps[:10]]
+  last = [r for r in proposals if r["step"] in steps[-10:]]
+  # No schedule asks for longer problems: learnability pays for problems the solver solves
+  # sometimes, and the proposer moves from lone numbers (which this solver, never trained on
+  # one, seldom solves: p near 0 earns nothing) to two and three operands (measured: 1.59 in
+  # the first 10 steps, 2.02 in the last 10).
+  assert _mean_operands(last) > _mean_operands(first) + 0.2, (
+      _mean_operands(first), _mean_operands(last))
+  counts = report["after_sft"]["selfplay"]
+  assert counts["proposals"]["eval_split"] > 0  # the check ran and discarded some
+  assert sum(counts["eval_split_discards"].values()) == counts["proposals"]["eval_split"]
+  # No task of an evaluation split was trained on: every solver task is a training task or an
+  # accepted proposal, and no accepted proposal is an evaluation task.
+  suite_tasks = {}
+  records = guardrails.read_audit_log(os.path.join(workdir, "audit", "episodes.jsonl"))
+  for record in records:
+    if record["phase"] == "final_eval":
+      suite_tasks.setdefault(record["split"], set()).add(record["task"]["expression"])
+  trained = {r["task"]["expression"] for r in records
+             if r["phase"] == "grpo_selfplay" and r.get("role") != "proposer"}
+  assert trained and not trained & (suite_tasks["heldout"] | suite_tasks["heldout_ood"]
+                                     | suite_tasks["calibration"])
+  names = {row["name"] for row in read_csv(os.path.join(workdir, "metrics.csv"))}
+  assert {"selfplay/proposal_operands", "selfplay/proposed_success",
+          "selfplay/rejected_eval_split", "eval/heldout_ood_success"} <= names
+  assert os.path.getsize(os.path.join(workdir, "selfplay.png")) > 0
+  # The solver episodes of proposed tasks replay with the real tool's answers.
+  replayed, problems = _replay.replay_workdir(workdir)
+  assert replayed > 0 and not problems, problems[:3]
+
+
+# ---- exact resume ----
+
+RESUME = {"sft.num_steps": 30, "grpo.num_steps": 10, "checkpoint_every": 5,
+          "eval.every_steps": 0, "log_every": 4}
+
+
+def _run_without_final_report(config, workdir):
+  original = _report.final_report
+  _report.final_report = lambda job, *_: {"splits": {"heldout": {"expert": {"success": 0.}}}}
+  try:
+    return pipeline.train_and_evaluate(config, workdir)
+  finally:
+    _report.final_report = original
+
+
+class _Stop(Exception):
+  pass
+
+
+def _params(workdir, step=10):
+  with checkpoint.Checkpointer(os.path.join(workdir, "checkpoints", "grpo_selfplay")) as ckpt:
+    assert ckpt.latest_step() == step
+    return ckpt.restore(step)[0]["params"]
+
+
+@pytest.mark.slow  # SFT 30 steps, then 10 self-play steps three times: minutes on 2 cores.
+def test_stop_mid_phase_and_resume_continues_exactly(tmp_path):
+  config = _config(**RESUME)
+  sft_dir = str(tmp_path / "sft")
+  _run_without_final_report(_config(**{**RESUME, "grpo.num_steps": 0}), sft_dir)
+
+  def start(name):
+    workdir = str(tmp_path / name)
+    for part in ("data", os.path.join("checkpoints", "sft")):
+      shutil.copytree(os.path.join(sft_dir, part), os.path.join(workdir, part))
+    return workdir
+
+  straight = start("straight")
+  straight_report = _run_without_final_report(config, straight)
+  resumed = start("resumed")
+  save = checkpoint.Checkpointer.save
+
+  def save_then_stop(self, step, state, metadata):
+    save(self, step, state, metadata)
+    if metadata["phase"] == "grpo_selfplay" and step == 5:
+      raise _Stop
+
+  checkpoint.Checkpointer.save = save_then_stop
+  try:
+    with pytest.raises(_Stop):
+      _run_without_final_report(config, resumed)
+  finally:
+    checkpoint.Checkpointer.save = save
+  with checkpoint.Checkpointer(os.path.join(resumed, "checkpoints", "grpo_selfplay")) as ckpt:
+    metadata = ckpt.restore(5)[1]
+  seen_at_5 = set(metadata["selfplay_checker"]["seen"])
+  assert seen_at_5  # the checker's memory of proposals travels with the checkpoint
+  report = _run_without_final_report(config, resumed)
+  assert report["resumed_from_step"] == 30 + 5
+  jax.tree.map(np.testing.assert_array_equal, _params(straight), _params(resumed))
+  rows = {}
+  for d in (straight, resumed):
+    rows[d] = sorted((r["step"], r["name"], r["value"])
+                     for r in read_csv(os.path.join(d, "metrics.csv"))
+                     if not r["name"].startswith("time/"))
+  assert rows[resumed] == rows[straight]
+  keep = lambda r: (r["step"], r["task_id"], r["answer"], r.get("verdict"), r["reward"])
+  records = {d: [keep(r) for r in guardrails.read_audit_log(
+      os.path.join(d, "audit", "episodes.jsonl")) if r["phase"] == "grpo_selfplay"]
+             for d in (straight, resumed)}
+  assert records[resumed] == records[straight]
+  # The checker's counts (duplicates of proposals made before the stop included) agree.
+  assert report["after_sft"]["selfplay"] == straight_report["after_sft"]["selfplay"]
