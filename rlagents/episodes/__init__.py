@@ -63,6 +63,6 @@ __all__ = [
     "FormatError", "MarkerFormat", "Reading", "RolloutBatch", "Task",
     "advance", "call_syntax", "check_chat_template", "completion_pieces", "completion_text",
     "detect_syntax", "encode", "encode_id_pieces", "encode_pieces", "encode_text",
-    "end_unanswered", "episode_pieces", "observation_text", "play", "prompt_text", "rewrite_segment",
-    "stack_episodes", "tool_schema", "trim_to_longest",
+    "end_unanswered", "episode_pieces", "observation_text", "play", "prompt_text",
+    "rewrite_segment", "stack_episodes", "tool_schema", "trim_to_longest",
 ]

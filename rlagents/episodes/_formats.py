@@ -311,8 +311,8 @@ class ChatFormat:
         adopted.append(episode)
         continue
       toolbox = toolbox_for(episode.task)
-      actions = [_core.Action(_syntax.rewrite_segment(a.text, a.result, a.kind, self._syntax,
-                                                      toolbox), a.kind, a.result)
+      actions = [_core.Action(_syntax.rewrite_segment(a.text, a.result, self._syntax, toolbox),
+                              a.kind, a.result)
                  for a in episode.actions]
       adopted.append(dataclasses.replace(episode, actions=actions, syntax=self.syntax))
     return adopted

@@ -244,18 +244,17 @@ def call_syntax(name: str, *, field: str = "syntax") -> Any:
   return SYNTAXES[name]
 
 
-def rewrite_segment(segment: str, result: Any, kind: str, syntax: Any, toolbox: Any) -> str:
+def rewrite_segment(segment: str, result: Any, syntax: Any, toolbox: Any) -> str:
   """A marker-syntax segment as `syntax` writes it (same call, same answer).
 
   Demonstrations are played in the marker syntax by the suites' experts; this turns each of
   their segments into the model's own syntax. A call the tools could not parse stays
   malformed (its JSON is cut short), so it fails in the same way.
   """
-  marker = SYNTAXES["marker"]
-  reading = marker.interpret(segment, toolbox)
-  if kind == "answer":
+  reading = SYNTAXES["marker"].interpret(segment, toolbox)
+  if reading.kind == "answer":
     return syntax.write_answer(reading.body)
-  if kind == "call":
+  if reading.kind == "call":  # a call that ran, or one past the episode's limit (truncated)
     call = result.call if result is not None else None
     if call is None:
       try:
