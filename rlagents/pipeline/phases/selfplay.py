@@ -27,8 +27,8 @@ proposals' difficulty (`selfplay/proposal_<figure>`, e.g. operands), the solver'
 proposed and on training tasks, and the proposer's reward. Proposer tokens count against
 `sampled_token_budget`. The checker's state (seen proposals and counts) is saved with each
 checkpoint, so a resumed run continues exactly. At every evaluation point the loop also
-evaluates `heldout_ood` when the suite has it. `selfplay.png` plots proposal difficulty and
-solver success over training.
+evaluates `heldout_ood` when the suite has it. `selfplay.png` (`plot_selfplay`, from the audit
+log) plots proposal difficulty and solver success over training.
 """
 
 import dataclasses
@@ -39,6 +39,7 @@ import jax
 import numpy as np
 
 from rlagents import episodes as episodes_lib
+from rlagents import guardrails
 from rlagents import losses
 from rlagents import metrics as metrics_lib
 from rlagents import rewards
@@ -231,24 +232,79 @@ class GRPOSelfPlay(_base.Phase):
     if context is None:
       return {}
     if job.outputs.primary:
-      csv_path = os.path.join(job.workdir, "metrics.csv")
-      figures = sorted({row["name"] for row in metrics_lib.read_csv(csv_path)
-                        if row["name"].startswith("selfplay/proposal_")})
-      metrics_lib.plot_learning_curves(
-          csv_path, os.path.join(job.workdir, "selfplay.png"),
-          panels={**_PANELS, "self-play: proposal difficulty": figures or _DIFFICULTY})
+      plot_selfplay(job.workdir, os.path.join(job.workdir, "selfplay.png"))
     counts = context.checker.state()
     return {"selfplay": {"proposals": counts["counts"],
                          "eval_split_discards": counts["eval_split_counts"]}}
 
 
-# The calculator grammar's figures; a run's plot takes the figures its suite logged.
-_DIFFICULTY = ["selfplay/proposal_operands", "selfplay/proposal_max_digits"]
+def _rolling(steps, values, window):
+  """Steps and the mean of `values` over the last `window` steps (per-step means first)."""
+  by_step = {}
+  for step, value in zip(steps, values):
+    by_step.setdefault(step, []).append(value)
+  keys = sorted(by_step)
+  means = np.array([np.mean(by_step[k]) for k in keys])
+  smooth = [means[max(0, i - window + 1):i + 1].mean() for i in range(len(means))]
+  return np.array(keys), np.array(smooth)
+
+
+def plot_selfplay(workdir: str, png_path: str, *, window: int = 10) -> None:
+  """Proposal difficulty and solver success over a self-play run, from its audit log (every
+  proposal of every step, means over `window` steps) and its held-out curves (metrics.csv).
+
+  Args:
+    workdir: the run's workdir (`audit/episodes.jsonl`, `metrics.csv`).
+    png_path: where the PNG goes.
+    window: steps per rolling mean.
+  """
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  records = [r for r in guardrails.read_audit_log(
+      os.path.join(workdir, "audit", "episodes.jsonl"))
+             if r.get("role") == "proposer" and r["phase"] == GRPOSelfPlay.name]
+  accepted = [r for r in records if r["verdict"] == "accepted"]
+  rows = metrics_lib.read_csv(os.path.join(workdir, "metrics.csv"))
+  fig, axes = plt.subplots(1, 3, figsize=(15, 3.6))
+  figures = sorted({k for r in accepted for k in r["reward_terms"]} - set(_TERMS))
+  for name in figures:
+    axes[0].plot(*_rolling([r["step"] for r in accepted],
+                           [r["reward_terms"][name] for r in accepted], window), label=name)
+  axes[0].set_title(f"accepted proposals (mean over {window} steps)")
+  axes[1].plot(*_rolling([r["step"] for r in accepted],
+                         [r["reward_terms"]["solver_success"] for r in accepted], window),
+               label="solver on proposals")
+  for name in ("eval/heldout_success", "eval/heldout_ood_success"):
+    points = sorted((row["step"], row["value"]) for row in rows if row["name"] == name)
+    if points:
+      axes[1].plot(*zip(*points), marker=".", label=name.split("/")[1])
+  axes[1].set_title("solver success")
+  axes[1].set_ylim(-0.02, 1.02)
+  axes[2].plot(*_rolling([r["step"] for r in records],
+                         [r["verdict"] == "accepted" for r in records], window),
+               label="accepted fraction")
+  axes[2].plot(*_rolling([r["step"] for r in records], [r["reward"] for r in records], window),
+               label="proposer reward")
+  axes[2].set_title("proposals")
+  for ax in axes:
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+    if ax.lines:
+      ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(png_path, dpi=100)
+  plt.close(fig)
+
+
+# The proposer's reward terms that are not difficulty figures.
+_TERMS = ("accepted", "solver_success", "learnability")
 _PANELS = {
-    "self-play: proposal difficulty": _DIFFICULTY,
+    "self-play: proposal difficulty": ["selfplay/proposal_operands",
+                                       "selfplay/proposal_max_digits"],
     "self-play: solver success": ["selfplay/proposed_success", "selfplay/train_task_success",
                                   "eval/heldout_success", "eval/heldout_ood_success"],
-    "self-play: proposals": ["selfplay/accepted_fraction", "selfplay/proposer_reward"],
 }
 
 GRPO_SELFPLAY_PHASE = _base.register_phase(GRPOSelfPlay())
