@@ -173,3 +173,12 @@ def test_stop_mid_phase_and_resume_continues_exactly(tmp_path):
   assert records[resumed] == records[straight]
   # The checker's counts (duplicates of proposals made before the stop included) agree.
   assert report["after_sft"]["selfplay"] == straight_report["after_sft"]["selfplay"]
+
+
+def test_a_suite_without_a_proposal_grammar_stops_before_training(tmp_path):
+  from experiments.configs import keydoor  # pylint: disable=g-import-not-at-top
+  config = pipeline.config_from_dict(configs.with_overrides(
+      keydoor.get_config("smoke").to_dict(), {"algorithm": "grpo_selfplay"}))
+  with pytest.raises(pipeline.JobError, match="task suite 'keydoor' gives no proposal grammar"):
+    pipeline.train_and_evaluate(config, str(tmp_path / "run"))
+  assert not os.path.exists(tmp_path / "run" / "checkpoints" / "sft" / "1")
