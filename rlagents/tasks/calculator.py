@@ -278,11 +278,11 @@ def proposal_grammar(config: CalculatorSuiteConfig) -> _proposals.ProposalGramma
 
   A proposal is an expression over the suite's operators: 1 to `18 // ood_max_digits`
   non-negative numbers of at most `ood_max_digits` digits, without leading zeros or spaces
-  (so its text is its canonical form), e.g. `12*345+6-78`. A lone number is a valid (trivial)
-  problem: the solver always solves it, so it earns the proposer nothing. Its answer is what the real
-  calculator tool returns (no transient failure). A proposal is reserved for `heldout` or
-  `calibration` when it has the in-distribution shape and its hash puts it there (the rule that
-  assigns the splits); `heldout_ood` problems are caught by the checker by their text.
+  (so its text is its canonical form), e.g. `12*345+6-78`; a lone number is the smallest
+  problem. Its answer is what the real calculator tool returns (no transient failure). A
+  proposal is reserved for `heldout` or `calibration` when it has the in-distribution shape and
+  its hash puts it there (the rule that assigns the splits); `heldout_ood` problems are caught
+  by the checker by their text.
   """
   digits, operators = config.ood_max_digits, config.operators
   max_operands = _MAX_TOTAL_DIGITS // digits

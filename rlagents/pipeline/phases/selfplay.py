@@ -122,13 +122,12 @@ class GRPOSelfPlay(_base.Phase):
     config, grpo = job.config, job.config.grpo
     grammar, checker = job.suite.proposals, context.checker
     propose_key, solve_key = jax.random.split(key)
-    params = job.policy_params(state.params)
 
     # PROPOSE
     prompts = [tasks_lib.ProposerTask(f"proposer-{step}-{i}", grammar.prompt)
                for i in range(num_proposals(config))]
     proposals = rollout_lib.sample_episodes(
-        params, prompts, sampler=job.sampler, tokenizer=job.tokenizer,
+        job.policy_params(state.params), prompts, sampler=job.sampler, tokenizer=job.tokenizer,
         toolbox_for=job.suite.toolbox_for, config=config.rollout, key=propose_key, rng=rng)
     verdicts = [checker.check(episode.answer) for episode in proposals.episodes]
     proposed = [v.task for v in verdicts if v.accepted]
@@ -136,7 +135,7 @@ class GRPOSelfPlay(_base.Phase):
     # SOLVE
     solver_tasks = proposed + self.draw_tasks(job, rng, grpo.prompts_per_step - len(proposed))
     group_tasks = [task for task in solver_tasks for _ in range(grpo.group_size)]
-    solved = job.train_episodes(params, group_tasks, key=solve_key, rng=rng,
+    solved = job.train_episodes(state.params, group_tasks, key=solve_key, rng=rng,
                                 group_size=grpo.group_size)
     success = np.array([e.reward_terms["correct_answer"] for e in solved.episodes],
                        np.float32).reshape(grpo.prompts_per_step, grpo.group_size).mean(axis=1)
@@ -166,7 +165,8 @@ class GRPOSelfPlay(_base.Phase):
     for _ in range(grpo.updates_per_batch):
       state, metrics = context.update(state, context.reference, batch)
     proposer_tokens = int(proposals.loss_mask.sum())
-    extra = self._metrics(job, checker, verdicts, proposed, success, proposer_rewards, proposer_tokens)
+    extra = self._metrics(job, checker, verdicts, proposed, success, proposer_rewards,
+                          proposer_tokens)
     return _base.StepResult(state, metrics, solved, extra_metrics=extra,
                             extra_sampled_tokens=proposer_tokens)
 
