@@ -161,7 +161,7 @@ def train_and_evaluate(config: _config.AgentJobConfig, workdir: str) -> dict[str
                        job.tokenizer, os.path.join(workdir, "export"))
   with open(os.path.join(workdir, "report.json"), "w") as f:
     json.dump(report, f, indent=2)
-  heldout = report["splits"]["heldout"]
+  heldout = report["splits"].get("heldout", {})
   markers = {"expert": heldout["expert"]["success"]} if "expert" in heldout else {}
   metrics_lib.plot_learning_curves(
       os.path.join(workdir, "metrics.csv"), os.path.join(workdir, "learning_curves.png"),
