@@ -170,6 +170,7 @@ def main(argv):
         json.dump(results, f, indent=2)
     return
   dyna_steps = max(1, round(_STEPS.value / (1 - _FRACTION.value)))
+  os.makedirs(_WORKDIR.value, exist_ok=True)
   for seed in [int(s) for s in _SEEDS.value.split(",")]:
     sft_dir = os.path.join(_WORKDIR.value, f"seed{seed}_sft")
     pipeline.train_sft_only(_config(seed, []), sft_dir)
