@@ -57,7 +57,7 @@ def _run(sft_dir, root, mode, latency_ms):
   for name in ("data", os.path.join("checkpoints", "sft")):
     shutil.copytree(os.path.join(sft_dir, name), os.path.join(workdir, name))
   config = _config(**{"sft.num_steps": _SFT_STEPS.value, "grpo.num_steps": _STEPS.value,
-                      "eval.every_steps": _STEPS.value, "proxy_drift.window": 2,
+                      "eval.every_steps": max(1, _STEPS.value // 2), "proxy_drift.window": 2,
                       "checkpoint_every": 1000, "log_every": 1, "rl.mode": mode,
                       "rl.max_staleness": _STALENESS.value,
                       "rollout.tool_latency_s": latency_ms / 1000.0})
