@@ -41,8 +41,8 @@ def calculator_examples(count: int, seed: int = 0) -> list[tuple[str, str, str]]
 
 
 def build_calculator_checkpoint(path: str, *, style: str = "qwen2.5", vocab_size: int = 1024,
-                                hidden_size: int = 64, num_layers: int = 2,
-                                intermediate_size: int = 192, seed: int = 0) -> str:
+                                hidden_size: int = 128, num_layers: int = 2,
+                                intermediate_size: int = 384, seed: int = 0) -> str:
   """Writes a tiny random `style` checkpoint whose tokenizer was trained on calculator
   conversations in that style; returns `path`."""
   schema = [episodes.tool_schema(tools.CalculatorTool().spec)]

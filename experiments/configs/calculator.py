@@ -74,6 +74,6 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     values["format"] = "chat"
     values["model"].update(max_len=320)
     values["rollout"].update(max_length=320)
-    values["sft"].update(num_steps=400)
-    values["sft"]["optimizer"].update(decay_steps=380)
+    values["sft"].update(num_steps=800)
+    values["sft"]["optimizer"].update(decay_steps=780)
   return ml_collections.ConfigDict(values)

@@ -143,6 +143,11 @@ def save_tiny_chat_model(path: str, tokenizer: transformers.PreTrainedTokenizerB
   """Saves a randomly initialised Qwen2 ('qwen2.5') or Llama ('llama3.1') causal LM with
   `tokenizer` to `path` with transformers (config, safetensors, tokenizer, chat template).
 
+  Weights are drawn with standard deviation `hidden_size ** -0.5`: with transformers' default
+  0.02 the calculator chat smoke run (width 128, 400 SFT steps) ended SFT at loss 0.48 and
+  held-out success 0 (it wrote the call format but copied no numbers); with `128 ** -0.5` the
+  same run reached loss 0.14.
+
   Returns `path`.
   """
   import torch  # only for building the random checkpoint
@@ -155,7 +160,8 @@ def save_tiny_chat_model(path: str, tokenizer: transformers.PreTrainedTokenizerB
       vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=num_layers,
       num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
       intermediate_size=intermediate_size, max_position_embeddings=max_position_embeddings,
-      tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+      tie_word_embeddings=True, initializer_range=hidden_size ** -0.5,
+      bos_token_id=tokenizer.bos_token_id,
       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
   torch.manual_seed(seed)
   model = cls_model(config)
