@@ -179,10 +179,13 @@ class RLLoopConfig:
     max_staleness: in 'async', a batch whose oldest token was sampled more than this many
       updates before the learner's weights is dropped and counted (`async/dropped_batches`).
     queue_size: batches the sampler may have ready ahead of the learner (0: `max_staleness`).
+    num_samplers: in 'async', sampler threads, each sampling whole batches: while one waits on
+      its tools, another generates (JAX and the tools release the interpreter lock).
   """
   mode: str = "sync"
   max_staleness: int = 1
   queue_size: int = 0
+  num_samplers: int = 1
 
   def __post_init__(self):
     if self.mode not in RL_MODES:
@@ -191,6 +194,8 @@ class RLLoopConfig:
       raise ValueError(f"rl.max_staleness must be >= 0, got {self.max_staleness}")
     if self.queue_size < 0:
       raise ValueError(f"rl.queue_size must be >= 0, got {self.queue_size}")
+    if self.num_samplers < 1:
+      raise ValueError(f"rl.num_samplers must be >= 1, got {self.num_samplers}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -106,7 +106,7 @@ def _literal_values(node: ast.AST) -> list[Any]:
 def _equality_literals(source: str) -> list[Any]:
   """Literals compared with `==`, `!=`, `in` or `not in` anywhere in `source`."""
   try:
-    tree = ast.parse(source)
+    tree = sandbox.parse_python(source)
   except (SyntaxError, ValueError, RecursionError):
     return []
   found = []

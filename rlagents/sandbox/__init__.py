@@ -15,6 +15,7 @@ from rlagents.sandbox._sandbox import SandboxUnavailable
 from rlagents.sandbox._sandbox import sha256_of
 from rlagents.sandbox._sandbox import VIOLATIONS
 from rlagents.sandbox._sandbox import Violation
+from rlagents.sandbox._verdict import parse_python
 from rlagents.sandbox._verdict import run_tests
 from rlagents.sandbox._verdict import split_pinned_test
 from rlagents.sandbox._verdict import TestVerdict
@@ -31,6 +32,7 @@ __all__ = [
     "isolation_mode",
     "kernel_isolation_problem",
     "network_namespace_available",
+    "parse_python",
     "pooled",
     "run_python",
     "run_tests",

@@ -15,7 +15,6 @@ The episode's answer (`<answer></answer>`) submits the current source. `edited_s
 an episode's accepted edits, so the reward never depends on a tool's hidden state.
 """
 
-import ast
 import re
 from typing import Any, Callable, Mapping, Sequence
 
@@ -77,7 +76,7 @@ def replace_line(source: str, line: int, text: str) -> str:
   if edited == source:
     raise _protocol.ToolError("no change")
   try:
-    ast.parse(edited)  # Parsed, never run, on the host.
+    sandbox.parse_python(edited)  # Parsed, never run, on the host.
   except (SyntaxError, ValueError, RecursionError, MemoryError):
     raise _protocol.ToolError(f"syntax error in line {line}") from None
   return edited

@@ -63,7 +63,45 @@ def test_batches_staler_than_the_bound_are_dropped_and_counted():
     assert figures["async/dropped_batches"] == sampler.dropped_batches
   finally:
     sampler.close()
-  assert not sampler._thread.is_alive()
+  assert not any(thread.is_alive() for thread in sampler._threads)
+
+
+class _ConcurrentJob(_Job):
+  """Records the batch indices it was asked for and how many calls ran at once."""
+
+  def __init__(self, delay):
+    super().__init__(delay)
+    self.lock, self.running, self.most_at_once, self.tasks = threading.Lock(), 0, 0, []
+
+  def train_episodes(self, latest, tasks_, **kwargs):
+    with self.lock:
+      self.running += 1
+      self.most_at_once = max(self.most_at_once, self.running)
+      self.tasks.append(tasks_[0])
+    try:
+      return super().train_episodes(latest, tasks_, **kwargs)
+    finally:
+      with self.lock:
+        self.running -= 1
+
+
+def test_several_sampler_threads_sample_distinct_batches_at_once():
+  job = _ConcurrentJob(delay=0.2)  # a tool latency: both threads wait in it together
+  sampler = _async.AsyncSampler(job, _draw, group_size=2, params={}, version=0,
+                                max_staleness=1, queue_size=2, num_threads=2)
+  try:
+    taken = []
+    for version in range(4):
+      batch, _ = sampler.next_batch(version)
+      taken.append(batch.episodes[0].task)
+      assert version - batch.versions[batch.loss_mask > 0].min() <= 1
+      sampler.publish({}, version + 1)
+  finally:
+    sampler.close()
+  assert job.most_at_once == 2
+  assert len(set(job.tasks)) == len(job.tasks)  # every batch index handed out once
+  assert len(set(taken)) == 4
+  assert not any(thread.is_alive() for thread in sampler._threads)
 
 
 def test_a_bound_of_zero_keeps_only_fresh_batches_and_a_failure_surfaces():

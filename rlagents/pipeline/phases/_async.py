@@ -48,10 +48,12 @@ class AsyncSampler:
     version: the learner's update count at the start.
     max_staleness: batches staler than this are dropped.
     queue_size: batches sampled ahead of the learner.
+    num_threads: sampler threads; each samples whole batches (batch indices are handed out in
+      order, batches reach the queue as they finish).
   """
 
   def __init__(self, job, draw, *, group_size: int, params: Any, version: int,
-               max_staleness: int, queue_size: int):
+               max_staleness: int, queue_size: int, num_threads: int = 1):
     self.latest = rollout_lib.LatestParams(params, version)
     self.max_staleness = max_staleness
     self.dropped_batches = 0
@@ -61,18 +63,22 @@ class AsyncSampler:
     self._stop = threading.Event()
     self._error: BaseException | None = None
     self._next_index = version
-    self._in_progress = 0
-    self._thread = threading.Thread(target=self._produce, name="rlagents-async-sampler",
-                                    daemon=True)
-    self._thread.start()
+    self._lock = threading.Lock()
+    self._in_progress: dict[int, int] = {}
+    self._threads = [threading.Thread(target=self._produce, args=(worker,),
+                                      name=f"rlagents-async-sampler-{worker}", daemon=True)
+                     for worker in range(num_threads)]
+    for thread in self._threads:
+      thread.start()
 
-  def _produce(self) -> None:
+  def _produce(self, worker: int) -> None:
     try:
       while not self._stop.is_set():
-        index = self._next_index
-        self._next_index += 1
+        with self._lock:
+          index = self._next_index
+          self._next_index += 1
         tasks, key, rng = self._draw(index)
-        self._in_progress = len(tasks)
+        self._in_progress[worker] = len(tasks)
         batch = self._job.train_episodes(self.latest, tasks, key=key, rng=rng,
                                          group_size=self._group_size)
         while not self._stop.is_set():
@@ -81,7 +87,7 @@ class AsyncSampler:
             break
           except queue.Full:
             continue
-        self._in_progress = 0
+        self._in_progress[worker] = 0
     except BaseException as error:  # Surfaces in the learner's thread at its next batch.
       self._error = error
 
@@ -116,13 +122,15 @@ class AsyncSampler:
 
   def in_flight_episodes(self) -> int:
     """Episodes sampled or being sampled that the learner has not taken (lost if stopped now)."""
-    return sum(len(b.episodes) for b in list(self._queue.queue)) + self._in_progress
+    return (sum(len(b.episodes) for b in list(self._queue.queue))
+            + sum(self._in_progress.values()))
 
   def close(self) -> int:
     """Stops the thread; returns the episodes it had sampled ahead that are dropped."""
     in_flight = self.in_flight_episodes()
     self._stop.set()
-    self._thread.join(timeout=600)
+    for thread in self._threads:
+      thread.join(timeout=600)
     return in_flight
 
 
