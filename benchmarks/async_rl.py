@@ -35,6 +35,7 @@ _STEPS = flags.DEFINE_integer("grpo_steps", 6, "GRPO steps per run (the first is
 _SFT_STEPS = flags.DEFINE_integer("sft_steps", 250, "SFT steps of the shared starting policy.")
 _LATENCIES = flags.DEFINE_list("latencies_ms", ["50", "0"], "Tool latencies to measure.")
 _STALENESS = flags.DEFINE_integer("max_staleness", 1, "rl.max_staleness of the async side.")
+_SAMPLERS = flags.DEFINE_integer("num_samplers", 2, "rl.num_samplers of the async side.")
 _JSON = flags.DEFINE_string("json", None, "Also write the figures to this JSON file.")
 
 
@@ -59,7 +60,7 @@ def _run(sft_dir, root, mode, latency_ms):
   config = _config(**{"sft.num_steps": _SFT_STEPS.value, "grpo.num_steps": _STEPS.value,
                       "eval.every_steps": max(1, _STEPS.value // 2), "proxy_drift.window": 2,
                       "checkpoint_every": 1000, "log_every": 1, "rl.mode": mode,
-                      "rl.max_staleness": _STALENESS.value,
+                      "rl.max_staleness": _STALENESS.value, "rl.num_samplers": _SAMPLERS.value,
                       "rollout.tool_latency_s": latency_ms / 1000.0})
   _without_final_report(config, workdir)
   rows = read_csv(os.path.join(workdir, "metrics.csv"))
@@ -80,7 +81,8 @@ def main(argv):
   _without_final_report(_config(**{"sft.num_steps": _SFT_STEPS.value, "grpo.num_steps": 0}),
                         sft_dir)
   results = {"cpu": cpu_model(), "python": platform.python_version(), "jax": jax.__version__,
-             "grpo_steps": _STEPS.value, "max_staleness": _STALENESS.value, "latencies": {}}
+             "grpo_steps": _STEPS.value, "max_staleness": _STALENESS.value,
+             "num_samplers": _SAMPLERS.value, "latencies": {}}
   for latency in [int(x) for x in _LATENCIES.value]:
     rounds = []
     for r in range(_ROUNDS.value):
