@@ -31,6 +31,10 @@ from rlagents.metrics import read_csv
 from rlagents.pipeline import _report
 
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Interleaved rounds per latency.")
+_WARMUP = flags.DEFINE_integer(
+    "warmup_rounds", 1, "Rounds run first and not counted: they compile what later runs of "
+    "this process reuse (the async side's log-prob recompute compiles at its first stale "
+    "batch, inside the timed steps).")
 _STEPS = flags.DEFINE_integer("grpo_steps", 6, "GRPO steps per run (the first is not timed).")
 _SFT_STEPS = flags.DEFINE_integer("sft_steps", 250, "SFT steps of the shared starting policy.")
 _LATENCIES = flags.DEFINE_list("latencies_ms", ["50", "0"], "Tool latencies to measure.")
@@ -69,9 +73,10 @@ def _run(sft_dir, root, mode, latency_ms):
                if r["name"] == "train/sampled_tokens" and r["step"] > first)
   seconds = sum(r["value"] for r in rows if r["name"] == "time/step_s" and r["step"] > first)
   success = [r["value"] for r in rows if r["name"] == "eval/heldout_success"][-1]
+  dropped = [r["value"] for r in rows if r["name"] == "async/dropped_batches"]
   shutil.rmtree(workdir)
   return {"tokens_per_s": tokens / seconds, "seconds": seconds, "tokens": tokens,
-          "heldout_success": success}
+          "heldout_success": success, "dropped_batches": dropped[-1] if dropped else 0.0}
 
 
 def main(argv):
@@ -85,9 +90,13 @@ def main(argv):
              "num_samplers": _SAMPLERS.value, "latencies": {}}
   for latency in [int(x) for x in _LATENCIES.value]:
     rounds = []
-    for r in range(_ROUNDS.value):
+    for r in range(-_WARMUP.value if latency == int(_LATENCIES.value[0]) else 0, _ROUNDS.value):
       sync = _run(sft_dir, root, "sync", latency)
       asynchronous = _run(sft_dir, root, "async", latency)
+      if r < 0:
+        print(f"latency {latency:3d} ms warm-up round: sync {sync['tokens_per_s']:7.1f} tok/s, "
+              f"async {asynchronous['tokens_per_s']:7.1f} tok/s (not counted)", flush=True)
+        continue
       ratio = asynchronous["tokens_per_s"] / sync["tokens_per_s"]
       rounds.append({"sync": sync, "async": asynchronous, "ratio": ratio})
       print(f"latency {latency:3d} ms round {r}: sync {sync['tokens_per_s']:7.1f} tok/s "
