@@ -12,8 +12,9 @@ from rlagents import tasks as tasks_lib
 from rlagents.pipeline import _config
 from rlagents.pipeline import phases
 
-# The suites whose experts' demonstrations `episodes.ChatFormat` rewrites in a chat syntax.
-CHAT_SUITES = ("calculator", "retrieval")
+# The suites trained in a chat template so far (their experts' demonstrations rewritten in the
+# model's syntax by `episodes.ChatFormat.adopt`); others are refused until a run shows they work.
+CHAT_SUITES = ("calculator",)
 
 
 def drift_points(config: _config.AgentJobConfig, num_steps: int) -> int:

@@ -40,7 +40,7 @@ def test_marker_stays_the_default_and_chat_configs_are_checked_in_one_line():
       "rollout_mode='jit' runs the marker format on the built-in character tokenizer only; "
       "format='chat' needs rollout_mode='host'": _config("/ckpt", rollout_mode="jit"),
       "format='chat' runs SFT then algorithm='grpo' or 'ppo'": _config("/ckpt", algorithm="dpo"),
-      "format='chat' trains a policy on the calculator, retrieval suite(s); task='keydoor'":
+      "format='chat' trains a policy on the calculator suite(s); task='keydoor'":
           _config("/ckpt", task="keydoor"),
       "chat.syntax: tool-call syntax 'xml' is not known to the parser":
           _config("/ckpt", chat={"syntax": "xml"}),
