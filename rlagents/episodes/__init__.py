@@ -51,6 +51,7 @@ from rlagents.episodes._encode import encode_text
 from rlagents.episodes._encode import EncodeError
 from rlagents.episodes._encode import episode_pieces
 from rlagents.episodes._encode import RolloutBatch
+from rlagents.episodes._encode import sequence_lengths
 from rlagents.episodes._encode import stack_episodes
 from rlagents.episodes._encode import trim_to_longest
 
@@ -64,5 +65,5 @@ __all__ = [
     "advance", "call_syntax", "check_chat_template", "completion_pieces", "completion_text",
     "detect_syntax", "encode", "encode_id_pieces", "encode_pieces", "encode_text",
     "end_unanswered", "episode_pieces", "observation_text", "play", "prompt_text",
-    "rewrite_segment", "stack_episodes", "tool_schema", "trim_to_longest",
+    "rewrite_segment", "sequence_lengths", "stack_episodes", "tool_schema", "trim_to_longest",
 ]

@@ -123,18 +123,32 @@ def stack_episodes(episodes: Sequence[_core.Episode], tokenizer, max_length: int
   return RolloutBatch(list(episodes), tokens, loss_mask, np.zeros_like(loss_mask))
 
 
+def sequence_lengths(tokens: np.ndarray, loss_mask: np.ndarray | None = None) -> np.ndarray:
+  """`[N]` for `[N, T]` padded rows: the position after each row's last token that is not
+  padding (id 0) or that `loss_mask` marks. Read from the last such position, not counted:
+  id 0 is also a real token of some vocabularies (Qwen2's `!`) and may occur inside a row.
+  Rows end in a nonzero token in every format here (a stop or template token), or in a
+  masked one."""
+  used = np.asarray(tokens) != 0
+  if loss_mask is not None:
+    used = used | (np.asarray(loss_mask) > 0)
+  last = used.shape[1] - np.argmax(used[:, ::-1], axis=1)
+  return np.where(used.any(axis=1), last, 0)
+
+
 def trim_to_longest(batch: dict[str, np.ndarray], multiple: int = 32) -> dict[str, np.ndarray]:
   """Cuts every `[N, T]` array of `batch` after the longest sequence, rounded up to `multiple`.
 
   The longest sequence is read from the fields whose names end in `tokens` (padding is token id
-  0). Most episodes are far shorter than the buffer; rounding keeps the number of distinct
-  shapes, and so of compilations, small.
+  0) and in `mask` (a masked position is kept even where its token is id 0, a real token of
+  some vocabularies). Most episodes are far shorter than the buffer; rounding keeps the number
+  of distinct shapes, and so of compilations, small.
   """
   used, full = 1, None
   for name, array in batch.items():
-    if name.endswith("tokens"):
-      full = array.shape[1]
-      used = max(used, int(np.max(np.nonzero(array.any(axis=0))[0], initial=0)) + 1)
+    if name.endswith("tokens") or (name.endswith("mask") and np.ndim(array) == 2):
+      full = array.shape[1] if name.endswith("tokens") else full
+      used = max(used, int(np.max(np.nonzero(np.any(array != 0, axis=0))[0], initial=0)) + 1)
   if full is None:
     raise ValueError(f"trim_to_longest needs a field named '*tokens'; got {sorted(batch)}")
   length = min(full, -(-used // multiple) * multiple)

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlagents import episodes as episodes_lib
 from rlagents import losses
 from rlagents import parallel
 from rlagents.learners import _state
@@ -301,7 +302,7 @@ class MicrobatchedGRPOStep:
     if len(tokens) % self.microbatch_size:
       raise ValueError(f"batch of {len(tokens)} episodes is not divisible into micro-batches "
                        f"of {self.microbatch_size}")
-    row_lengths = (tokens != 0).sum(axis=1)
+    row_lengths = episodes_lib.sequence_lengths(tokens, mask)
     order = np.argsort(row_lengths, kind="stable")
     size = self.microbatch_size
     chunks = [order[i:i + size] for i in range(0, len(order), size)]

@@ -46,7 +46,9 @@ def sequence_scores(apply_fn, params, tokens: jax.Array) -> jax.Array:
     tokens: `[B, T]` int32, each row a whole sequence followed by padding (id 0).
   """
   values = token_values(apply_fn, params, tokens)
-  last = jnp.maximum((tokens != 0).sum(axis=1) - 1, 0)
+  # The last nonzero position, not the count of nonzero ones: id 0 may be a real token.
+  used = tokens != 0
+  last = jnp.where(used.any(axis=1), tokens.shape[1] - 1 - jnp.argmax(used[:, ::-1], axis=1), 0)
   return jnp.take_along_axis(values, last[:, None], axis=1)[:, 0]
 
 

@@ -14,7 +14,7 @@ class _LengthBuckets:
   0: one bucket of every episode)."""
 
   def __init__(self, tokens: np.ndarray, multiple: int = 32):
-    lengths = (tokens != 0).sum(axis=1)
+    lengths = episodes_lib.sequence_lengths(tokens)
     keys = -(-lengths // multiple) if multiple else np.zeros_like(lengths)
     self.buckets = [np.flatnonzero(keys == k) for k in np.unique(keys)]
     self.weights = np.array([len(b) for b in self.buckets], np.float64) / len(tokens)
