@@ -176,16 +176,20 @@ class RLLoopConfig:
       turn, so an episode may continue across an update) while the learner updates on the
       batches it has: sampling, tool calls and updates overlap. The loss reweights the stale
       part by `grpo.off_policy_correction` (truncated importance sampling).
-    max_staleness: in 'async', a batch whose oldest token was sampled more than this many
-      updates before the learner's weights is dropped and counted (`async/dropped_batches`).
-    queue_size: batches the sampler may have ready ahead of the learner (0: `max_staleness`).
+    max_staleness: in 'async', the most updates by which a batch's oldest token may precede
+      the learner's weights. Batch `i` (for update `i`) starts once version
+      `i - max_staleness` is published, so none is sampled to be dropped; any staler one is
+      dropped, counted (`async/dropped_batches`) and sampled again.
+    queue_size: batches sampled ahead of the learner's current one (0: `max_staleness`; more
+      than `max_staleness` is not allowed to run ahead).
     num_samplers: in 'async', sampler threads, each sampling whole batches: while one waits on
-      its tools, another generates (JAX and the tools release the interpreter lock).
+      its tools, another generates (JAX and the tools release the interpreter lock). 0: one
+      per batch that may be sampled at once (`min(queue_size, max_staleness) + 1`).
   """
   mode: str = "sync"
   max_staleness: int = 1
   queue_size: int = 0
-  num_samplers: int = 1
+  num_samplers: int = 0
 
   def __post_init__(self):
     if self.mode not in RL_MODES:
@@ -194,8 +198,9 @@ class RLLoopConfig:
       raise ValueError(f"rl.max_staleness must be >= 0, got {self.max_staleness}")
     if self.queue_size < 0:
       raise ValueError(f"rl.queue_size must be >= 0, got {self.queue_size}")
-    if self.num_samplers < 1:
-      raise ValueError(f"rl.num_samplers must be >= 1, got {self.num_samplers}")
+    if self.num_samplers < 0:
+      raise ValueError(f"rl.num_samplers must be >= 0 (0: one per batch sampled at once), "
+                       f"got {self.num_samplers}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -47,25 +47,6 @@ def _draw(index):
   return [f"task{index}"] * 2, jax.random.key(index), np.random.default_rng(index)
 
 
-def test_batches_staler_than_the_bound_are_dropped_and_counted():
-  job = _Job()
-  sampler = _async.AsyncSampler(job, _draw, group_size=2, params={}, version=0,
-                                max_staleness=1, queue_size=3)
-  try:
-    while sampler._queue.qsize() < 3:  # three batches sampled at version 0 wait in the queue
-      time.sleep(0.01)
-    # The learner is at version 2 now: version-0 batches are 2 updates stale and dropped.
-    sampler.publish({}, 2)
-    batch, figures = sampler.next_batch(2)
-    sampled = batch.versions[batch.loss_mask > 0]
-    assert sampled.min() >= 1 and figures["async/staleness"] <= 1
-    assert sampler.dropped_batches >= 3 and sampler.dropped_episodes == 2 * sampler.dropped_batches
-    assert figures["async/dropped_batches"] == sampler.dropped_batches
-  finally:
-    sampler.close()
-  assert not any(thread.is_alive() for thread in sampler._threads)
-
-
 class _ConcurrentJob(_Job):
   """Records the batch indices it was asked for and how many calls ran at once."""
 
@@ -85,10 +66,59 @@ class _ConcurrentJob(_Job):
         self.running -= 1
 
 
+def test_batches_staler_than_the_bound_are_dropped_and_counted():
+  job = _ConcurrentJob(delay=0.0)
+  sampler = _async.AsyncSampler(job, _draw, group_size=2, params={}, version=0,
+                                max_staleness=1)
+  try:
+    while len(sampler._ready) < 2:  # batches 0 and 1 are admitted at version 0
+      time.sleep(0.01)
+    time.sleep(0.05)
+    assert sorted(sampler._ready) == [0, 1]  # batch 2 waits for version 1
+    # A learner that jumps to version 2 drops both (it will never take them) and gets batch 2,
+    # sampled afresh.
+    sampler.publish({}, 2)
+    batch, figures = sampler.next_batch(2)
+    assert batch.episodes[0].task == "task2" and figures["async/staleness"] == 0
+    assert sampler.dropped_batches == 2 and sampler.dropped_episodes == 4
+    batch, figures = sampler.next_batch(3)  # admitted at version 2: one update stale at most
+    assert batch.episodes[0].task == "task3" and figures["async/staleness"] <= 1
+    assert figures["async/dropped_batches"] == 2
+    # Batch 4 waits for version 3; after a jump to 5 it is never sampled: nothing is wasted.
+    sampler.publish({}, 5)
+    batch, figures = sampler.next_batch(5)
+    assert batch.episodes[0].task == "task5" and figures["async/staleness"] == 0
+    assert sampler.dropped_batches == 2 and "task4" not in job.tasks
+  finally:
+    sampler.close()
+  assert not any(thread.is_alive() for thread in sampler._threads)
+
+
+def test_the_admission_rule_keeps_every_batch_within_the_bound():
+  """A slow learner and fast samplers: no batch is sampled only to be dropped, at most
+  `max_staleness + 1` are sampled at once, and the learner gets them in order."""
+  for staleness in (1, 3):
+    job = _ConcurrentJob(delay=0.02)
+    sampler = _async.AsyncSampler(job, _draw, group_size=2, params={}, version=0,
+                                  max_staleness=staleness, num_threads=6)
+    try:
+      for version in range(8):
+        batch, figures = sampler.next_batch(version)
+        assert batch.episodes[0].task == f"task{version}"
+        assert figures["async/staleness"] <= staleness
+        time.sleep(0.05)  # the update
+        sampler.publish({}, version + 1)
+    finally:
+      sampler.close()
+    assert sampler.dropped_batches == 0
+    assert job.most_at_once == staleness + 1
+    assert max(int(t[4:]) for t in job.tasks) <= 7 + staleness
+
+
 def test_several_sampler_threads_sample_distinct_batches_at_once():
   job = _ConcurrentJob(delay=0.2)  # a tool latency: both threads wait in it together
   sampler = _async.AsyncSampler(job, _draw, group_size=2, params={}, version=0,
-                                max_staleness=1, queue_size=2, num_threads=2)
+                                max_staleness=1, num_threads=2)
   try:
     taken = []
     for version in range(4):
@@ -107,7 +137,7 @@ def test_several_sampler_threads_sample_distinct_batches_at_once():
 def test_a_bound_of_zero_keeps_only_fresh_batches_and_a_failure_surfaces():
   job = _Job(delay=0.01)
   sampler = _async.AsyncSampler(job, _draw, group_size=2, params={}, version=0,
-                                max_staleness=0, queue_size=1)
+                                max_staleness=0)
   try:
     for version in range(3):
       batch, figures = sampler.next_batch(version)
@@ -122,7 +152,7 @@ def test_a_bound_of_zero_keeps_only_fresh_batches_and_a_failure_surfaces():
       raise ValueError("tool server down")
 
   sampler = _async.AsyncSampler(Broken(), _draw, group_size=2, params={}, version=0,
-                                max_staleness=1, queue_size=1)
+                                max_staleness=1)
   with pytest.raises(RuntimeError, match="asynchronous sampler failed"):
     sampler.next_batch(0)
   sampler.close()

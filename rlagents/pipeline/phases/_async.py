@@ -1,13 +1,16 @@
-"""Asynchronous sampling for GRPO: a background sampler, a bounded queue and a staleness bound.
+"""Asynchronous sampling for GRPO: background samplers, an admission rule and a staleness bound.
 
-`rl.mode='async'`: a thread samples training batches with the newest weights the learner has
-published (read at every turn, so a multi-turn episode may continue across an update, each token
-keeping the version and log-prob of the weights that sampled it) and puts them into a queue of
-`queue_size` batches; the learner takes them as they come. While the learner updates, the
-sampler generates and the tools run, so the two overlap instead of idling in turn.
+`rl.mode='async'`: sampler threads sample training batches with the newest weights the learner
+has published (read at every turn, so a multi-turn episode may continue across an update, each
+token keeping the version and log-prob of the weights that sampled it); the learner takes batch
+`i` for its update `i`. While the learner updates, the samplers generate and the tools run, so
+the three overlap instead of idling in turn.
 
 The learner's version is its update count. A batch's staleness is the learner's version minus
-the oldest version among its tokens; a batch staler than `max_staleness` is dropped and counted.
+the oldest version among its tokens. A thread starts batch `i` only once version
+`i - max_staleness` is published (fewer ahead with a smaller `queue_size`), so no batch is
+sampled only to be dropped; one staler than `max_staleness` all the same (a learner that
+skipped versions) is dropped, counted and sampled again.
 For a stale batch the learner recomputes the old policy's log-probs with its current weights,
 keeps the sampler's as `behaviour_logprobs`, and the GRPO loss reweights by truncated importance
 sampling (`losses.importance_weights`). A fresh batch (staleness 0) is exactly the sync update.
@@ -20,7 +23,6 @@ Host code (threads; JAX releases the interpreter lock while it computes).
 """
 
 import pickle
-import queue
 import threading
 import time
 from typing import Any
@@ -37,7 +39,14 @@ from rlagents import rollout as rollout_lib
 
 
 class AsyncSampler:
-  """Produces GRPO training batches in a background thread; see the module docstring.
+  """Produces GRPO training batches in background threads; see the module docstring.
+
+  Batch `i` is the learner's batch for its update `i` (`draw(i)`). A thread may start batch
+  `i` only once the learner has published version `i - lookahead` or newer, so its oldest
+  token is at most `lookahead` updates older than the learner that takes it: with
+  `lookahead <= max_staleness` no batch is sampled only to be dropped. The learner takes the
+  batches in order; while it updates on batch `i`, batches `i + 1 .. i + lookahead` are being
+  sampled (each by its own thread, so one generates while another waits on its tools).
 
   Args:
     job: the run's `Job` (its suite, sampler, tools and scorer).
@@ -46,89 +55,122 @@ class AsyncSampler:
     params: the policy weights to start with (as the sampler takes them: LoRA merged, on the
       sampling device), at version `version`.
     version: the learner's update count at the start.
-    max_staleness: batches staler than this are dropped.
-    queue_size: batches sampled ahead of the learner.
-    num_threads: sampler threads; each samples whole batches (batch indices are handed out in
-      order, batches reach the queue as they finish).
+    max_staleness: batches staler than this are dropped (only a learner that skips versions
+      makes any: the admission rule keeps the others within it).
+    queue_size: batches sampled ahead of the learner's current one (0: `max_staleness`;
+      capped at it, since staler ones would be dropped).
+    num_threads: sampler threads (0: one per batch that may be sampled at once,
+      `lookahead + 1`); each samples whole batches.
   """
 
   def __init__(self, job, draw, *, group_size: int, params: Any, version: int,
-               max_staleness: int, queue_size: int, num_threads: int = 1):
+               max_staleness: int, queue_size: int = 0, num_threads: int = 0):
     self.latest = rollout_lib.LatestParams(params, version)
     self.max_staleness = max_staleness
+    self.lookahead = min(max_staleness, queue_size) if queue_size else max_staleness
     self.dropped_batches = 0
     self.dropped_episodes = 0
     self._job, self._draw, self._group_size = job, draw, group_size
-    self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
+    self._version = version  # the newest published (admission)
+    self._next_index = version
+    self._retry: list[int] = []  # indices whose batch was dropped and must be sampled again
+    self._ready: dict[int, episodes_lib.RolloutBatch] = {}
+    self._in_progress: dict[int, int] = {}
+    self._condition = threading.Condition()
     self._stop = threading.Event()
     self._error: BaseException | None = None
-    self._next_index = version
-    self._lock = threading.Lock()
-    self._in_progress: dict[int, int] = {}
-    self._threads = [threading.Thread(target=self._produce, args=(worker,),
+    self._threads = [threading.Thread(target=self._produce,
                                       name=f"rlagents-async-sampler-{worker}", daemon=True)
-                     for worker in range(num_threads)]
+                     for worker in range(num_threads or self.lookahead + 1)]
     for thread in self._threads:
       thread.start()
 
-  def _produce(self, worker: int) -> None:
-    try:
+  def _claim(self) -> int | None:
+    """The next batch index this thread may sample, once admitted (None: stopping)."""
+    with self._condition:
       while not self._stop.is_set():
-        with self._lock:
-          index = self._next_index
-          self._next_index += 1
+        if self._retry:
+          index = self._retry.pop(0)
+        else:
+          index = max(self._next_index, self._version)
+          if index > self._version + self.lookahead:
+            self._condition.wait(timeout=0.1)
+            continue
+          self._next_index = index + 1
+        self._in_progress[index] = 0
+        return index
+      return None
+
+  def _produce(self) -> None:
+    try:
+      while (index := self._claim()) is not None:
         tasks, key, rng = self._draw(index)
-        self._in_progress[worker] = len(tasks)
+        with self._condition:
+          self._in_progress[index] = len(tasks)
         batch = self._job.train_episodes(self.latest, tasks, key=key, rng=rng,
                                          group_size=self._group_size)
-        while not self._stop.is_set():
-          try:
-            self._queue.put(batch, timeout=0.1)
-            break
-          except queue.Full:
-            continue
-        self._in_progress[worker] = 0
+        with self._condition:
+          del self._in_progress[index]
+          self._ready[index] = batch
+          self._condition.notify_all()
     except BaseException as error:  # Surfaces in the learner's thread at its next batch.
       self._error = error
+      with self._condition:
+        self._condition.notify_all()
 
   def publish(self, params: Any, version: int) -> None:
     """The learner's weights after its `version`-th update (a copy: updates donate buffers)."""
     self.latest.publish(jax.tree.map(jnp.copy, params), version)
+    with self._condition:
+      self._version = max(self._version, version)
+      self._condition.notify_all()
+
+  def _drop(self, batch) -> None:
+    self.dropped_batches += 1
+    self.dropped_episodes += len(batch.episodes)
 
   def next_batch(self, version: int) -> tuple[episodes_lib.RolloutBatch, dict[str, float]]:
-    """The next batch no staler than `max_staleness` for a learner at `version`, and figures:
-    its staleness (oldest token), the seconds the learner waited, the batches dropped so far."""
+    """Batch `version` for a learner at `version` (no staler than `max_staleness`), and
+    figures: its staleness (oldest token), the seconds the learner waited, the batches
+    dropped so far. Batches of earlier indices still waiting (a learner that skipped
+    versions) are dropped."""
     start = time.perf_counter()
-    while True:
-      if self._error is not None:
-        raise RuntimeError("the asynchronous sampler failed") from self._error
-      try:
-        batch = self._queue.get(timeout=0.1)
-      except queue.Empty:
-        continue
-      sampled = batch.versions[batch.loss_mask > 0]
-      oldest = int(sampled.min()) if sampled.size else version
-      staleness = version - oldest
-      if staleness > self.max_staleness:
-        self.dropped_batches += 1
-        self.dropped_episodes += len(batch.episodes)
-        continue
-      return batch, {"async/staleness": float(staleness),
-                     "async/mean_token_staleness": float(np.mean(version - sampled))
-                     if sampled.size else 0.0,
-                     "async/wait_s": time.perf_counter() - start,
-                     "async/dropped_batches": float(self.dropped_batches),
-                     "async/dropped_episodes": float(self.dropped_episodes)}
+    with self._condition:
+      while True:
+        if self._error is not None:
+          raise RuntimeError("the asynchronous sampler failed") from self._error
+        for index in [i for i in self._ready if i < version]:
+          self._drop(self._ready.pop(index))
+        if version not in self._ready:
+          self._condition.wait(timeout=0.1)
+          continue
+        batch = self._ready.pop(version)
+        sampled = batch.versions[batch.loss_mask > 0]
+        staleness = version - (int(sampled.min()) if sampled.size else version)
+        if staleness <= self.max_staleness:
+          break
+        self._drop(batch)  # Sampled before a jump of the learner's version: sample it again.
+        self._retry.append(version)
+        self._condition.notify_all()
+    return batch, {"async/staleness": float(staleness),
+                   "async/mean_token_staleness": float(np.mean(version - sampled))
+                   if sampled.size else 0.0,
+                   "async/wait_s": time.perf_counter() - start,
+                   "async/dropped_batches": float(self.dropped_batches),
+                   "async/dropped_episodes": float(self.dropped_episodes)}
 
   def in_flight_episodes(self) -> int:
     """Episodes sampled or being sampled that the learner has not taken (lost if stopped now)."""
-    return (sum(len(b.episodes) for b in list(self._queue.queue))
-            + sum(self._in_progress.values()))
+    with self._condition:
+      return (sum(len(b.episodes) for b in self._ready.values())
+              + sum(self._in_progress.values()))
 
   def close(self) -> int:
-    """Stops the thread; returns the episodes it had sampled ahead that are dropped."""
+    """Stops the threads; returns the episodes they had sampled ahead that are dropped."""
     in_flight = self.in_flight_episodes()
     self._stop.set()
+    with self._condition:
+      self._condition.notify_all()
     for thread in self._threads:
       thread.join(timeout=600)
     return in_flight
@@ -157,7 +199,8 @@ def off_policy_batch(batch: dict[str, np.ndarray], rollout: episodes_lib.Rollout
   sampled = rollout.versions[rollout.loss_mask > 0]
   if not sampled.size or int(sampled.min()) == version:
     return batch
-  trimmed = episodes_lib.trim_to_longest({"tokens": batch["tokens"]})["tokens"]
+  trimmed = episodes_lib.trim_to_longest(
+      {"tokens": batch["tokens"], "loss_mask": batch["loss_mask"]})["tokens"]
   tokens = place({"tokens": trimmed})["tokens"] if place is not None else trimmed
   old = np.zeros_like(batch["old_logprobs"])
   old[:, :trimmed.shape[1]] = fetch(recompute(state.apply_fn, state.params, tokens))

@@ -69,7 +69,7 @@ class GRPO(_base.Phase):
     sampler = None if jax.process_index() else _async.AsyncSampler(
         job, self._draw(job, key), group_size=job.config.grpo.group_size,
         params=params, version=step,
-        max_staleness=rl.max_staleness, queue_size=rl.queue_size or max(rl.max_staleness, 1),
+        max_staleness=rl.max_staleness, queue_size=rl.queue_size,
         num_threads=rl.num_samplers)
     context[2] = (sampler, _async.make_recompute())
     return context[2]
