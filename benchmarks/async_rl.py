@@ -39,7 +39,8 @@ _STEPS = flags.DEFINE_integer("grpo_steps", 6, "GRPO steps per run (the first is
 _SFT_STEPS = flags.DEFINE_integer("sft_steps", 250, "SFT steps of the shared starting policy.")
 _LATENCIES = flags.DEFINE_list("latencies_ms", ["50", "0"], "Tool latencies to measure.")
 _STALENESS = flags.DEFINE_integer("max_staleness", 1, "rl.max_staleness of the async side.")
-_SAMPLERS = flags.DEFINE_integer("num_samplers", 2, "rl.num_samplers of the async side.")
+_SAMPLERS = flags.DEFINE_integer(
+    "num_samplers", 0, "rl.num_samplers of the async side (0: max_staleness + 1).")
 _JSON = flags.DEFINE_string("json", None, "Also write the figures to this JSON file.")
 
 
