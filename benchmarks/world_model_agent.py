@@ -130,7 +130,7 @@ def _simulator_accuracy(seed):
   params, losses = world_models.fit_text_world_model(
       model, world_models.encode_text_transitions(transitions, tokenizer),
       steps=settings.fit_steps, batch_size=settings.batch_size,
-      learning_rate=settings.learning_rate, seed=seed)
+      learning_rate=settings.learning_rate, seed=seed, event_weight=settings.event_weight)
   result = {"train_transitions": len(transitions), "fit_steps": settings.fit_steps,
             "fit_seconds": time.time() - start, "nll_first_last": [losses[0], losses[-1]]}
   print(f"seed {seed} fit: {json.dumps(result)}", flush=True)

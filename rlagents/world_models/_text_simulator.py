@@ -112,7 +112,8 @@ def transitions_from_audit(path: str, *, suite: str = "keydoor",
 
 def encode_text_transitions(transitions: Sequence[TextTransition], tokenizer
                        ) -> dict[str, np.ndarray]:
-  """`tokens [N, CONTEXT]` and `loss_mask` (1 on the written part) of transitions.
+  """`tokens [N, CONTEXT]`, `loss_mask` (1 on the written part) and `event [N]` (1 where the
+  call had an effect the reward sees or reached the goal) of transitions.
 
   Raises:
     ValueError: a transition does not fit in `CONTEXT` tokens.
@@ -123,6 +124,7 @@ def encode_text_transitions(transitions: Sequence[TextTransition], tokenizer
   """
   tokens = np.zeros((len(transitions), CONTEXT), np.int32)
   mask = np.zeros((len(transitions), CONTEXT), np.float32)
+  event = np.array([t.effect != envs.EFFECT_NONE or t.at_goal for t in transitions], np.float32)
   for i, t in enumerate(transitions):
     context = tokenizer.encode(_context_text(t.prompt, t.observation, t.action),
                                add_special_tokens=False)
@@ -132,7 +134,7 @@ def encode_text_transitions(transitions: Sequence[TextTransition], tokenizer
       raise ValueError(f"transition {i} needs {len(context) + len(target)} tokens > {CONTEXT}")
     tokens[i, :len(context) + len(target)] = context + target
     mask[i, len(context) - 1:len(context) + len(target) - 1] = 1.0  # predicts the target
-  return {"tokens": tokens, "loss_mask": mask}
+  return {"tokens": tokens, "loss_mask": mask, "event": event}
 
 
 def _context_text(prompt: str, observation: str, action: str) -> str:
@@ -185,7 +187,8 @@ def _make_fit_step(model: networks.Transformer, optimizer: optax.GradientTransfo
 
 def fit_text_world_model(model: networks.Transformer, data: dict[str, np.ndarray], *,
                          steps: int, batch_size: int = 64, learning_rate: float = 2e-3,
-                         seed: int = 0, params: Any = None) -> tuple[Any, list[float]]:
+                         seed: int = 0, params: Any = None, event_weight: float = 1.0
+                         ) -> tuple[Any, list[float]]:
   """Trains (or refits, from `params`) the simulator on encoded transitions; host loop.
 
   Returns:
@@ -199,9 +202,14 @@ def fit_text_world_model(model: networks.Transformer, data: dict[str, np.ndarray
     learning_rate: peak AdamW learning rate (warm-up, cosine decay).
     seed: initialisation and batch order.
     params: start from these (a refit), or None for a fresh model.
+    event_weight: how many times more often a transition with an `event` (an effect the
+      reward sees, or reaching the goal: what reward and done read, and rare) is drawn than
+      one without.
   """
   if steps < 2 or batch_size < 1:
     raise ValueError(f"fit needs steps >= 2 and batch_size >= 1, got {steps} and {batch_size}")
+  if event_weight <= 0:
+    raise ValueError(f"fit needs event_weight > 0, got {event_weight}")
   optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(
       optax.warmup_cosine_decay_schedule(0.0, learning_rate, min(100, steps // 10), steps,
                                          learning_rate * 0.05), weight_decay=0.0))
@@ -211,10 +219,15 @@ def fit_text_world_model(model: networks.Transformer, data: dict[str, np.ndarray
   state = _SimulatorState(params, optimizer.init(params), jnp.int32(0))
   step = _make_fit_step(model, optimizer)
   rng = np.random.default_rng(seed)
+  probabilities = None
+  if event_weight != 1.0 and "event" in data:
+    weights = np.where(data["event"] > 0, event_weight, 1.0)
+    probabilities = weights / weights.sum()
   losses = []
   for i in range(steps):
-    rows = rng.integers(len(data["tokens"]), size=batch_size)
-    state, metrics = step(state, {k: v[rows] for k, v in data.items()})
+    rows = (rng.integers(len(data["tokens"]), size=batch_size) if probabilities is None
+            else rng.choice(len(data["tokens"]), size=batch_size, p=probabilities))
+    state, metrics = step(state, {k: data[k][rows] for k in ("tokens", "loss_mask")})
     if i % 50 == 0 or i == steps - 1:
       losses.append(float(metrics["world_model/nll"]))
   return state.params, losses
@@ -435,6 +448,9 @@ class ImaginationConfig:
     refit_steps: updates of each refit (from the current parameters).
     batch_size: transitions per simulator update.
     learning_rate: the simulator's peak learning rate.
+    event_weight: transitions with an effect the reward sees or that reach the goal are drawn
+      this many times more often than the others when fitting (they are rare and decide
+      reward and done).
     d_model, n_layers: the simulator's transformer.
     uncertainty_threshold: an imagined group any of whose calls had a predictive entropy
       (nats) above this is rolled out again in the real environment.
@@ -448,6 +464,7 @@ class ImaginationConfig:
   refit_steps: int = 200
   batch_size: int = 64
   learning_rate: float = 2e-3
+  event_weight: float = 1.0
   d_model: int = 96
   n_layers: int = 2
   uncertainty_threshold: float = 1.0
@@ -463,6 +480,8 @@ class ImaginationConfig:
     for name in ("refit_every", "batch_size", "d_model", "n_layers"):
       if getattr(self, name) < 1:
         raise ValueError(f"imagination.{name} must be >= 1, got {getattr(self, name)}")
+    if self.event_weight <= 0:
+      raise ValueError(f"imagination.event_weight must be > 0, got {self.event_weight}")
     if self.uncertainty_threshold <= 0 or self.gap_margin < 0:
       raise ValueError("imagination.uncertainty_threshold must be > 0 and gap_margin >= 0, got "
                        f"{self.uncertainty_threshold} and {self.gap_margin}")

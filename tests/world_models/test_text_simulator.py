@@ -47,12 +47,23 @@ def test_transitions_from_the_audit_log_are_the_worlds_own(tmp_path):
       expected = (4 if event else 1 if state.has_key and not before.has_key
                   else 2 if state.door_open and not before.door_open else 0)
       assert t.effect == expected
+  events = world_models.encode_text_transitions(transitions, TOKENIZER)["event"]
+  np.testing.assert_array_equal(events, [t.effect != 0 or t.at_goal for t in transitions])
+  assert 0 < events.mean() < 1
 
 
 def test_transitions_that_do_not_fit_are_refused():
   t = world_models.TextTransition("x" * 200, "0,0", "pick()", "0,0 key", 1, False)
   with pytest.raises(ValueError, match="tokens >"):
     world_models.encode_text_transitions([t], TOKENIZER)
+  t = world_models.TextTransition("6x4 door 2,1 key 0,0 goal 4,3 at 0,0", "0,0", "pick()",
+                                  "0,0 key", 1, False)
+  model = networks.Transformer(world_models.text_world_model_config(len(TOKENIZER)))
+  with pytest.raises(ValueError, match="event_weight > 0, got 0"):
+    world_models.fit_text_world_model(
+        model, world_models.encode_text_transitions([t], TOKENIZER), steps=2, event_weight=0)
+  with pytest.raises(ValueError, match="imagination.event_weight must be > 0"):
+    world_models.ImaginationConfig(event_weight=-1.0)
 
 
 @pytest.mark.slow

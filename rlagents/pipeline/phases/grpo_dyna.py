@@ -80,7 +80,8 @@ class GRPODyna(_base.Phase):
     data = world_models.encode_text_transitions(transitions, job.tokenizer)
     params, _ = world_models.fit_text_world_model(
         model, data, steps=steps, batch_size=settings.batch_size,
-        learning_rate=settings.learning_rate, seed=job.config.seed, params=params)
+        learning_rate=settings.learning_rate, seed=job.config.seed, params=params,
+        event_weight=settings.event_weight)
     return params
 
   def prepare(self, job, state, reference):
