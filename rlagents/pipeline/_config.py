@@ -178,8 +178,8 @@ class RLLoopConfig:
       part by `grpo.off_policy_correction` (truncated importance sampling).
     max_staleness: in 'async', the most updates by which a batch's oldest token may precede
       the learner's weights. Batch `i` (for update `i`) starts once version
-      `i - max_staleness` is published, so none is sampled to be dropped; any staler one is
-      dropped, counted (`async/dropped_batches`) and sampled again.
+      `i - max_staleness` is published, so every batch is within the bound; batches of
+      indices a learner skipped are dropped and counted (`async/dropped_batches`).
     queue_size: batches sampled ahead of the learner's current one (0: `max_staleness`; more
       than `max_staleness` is not allowed to run ahead).
     num_samplers: in 'async', sampler threads, each sampling whole batches: while one waits on

@@ -8,9 +8,9 @@ the three overlap instead of idling in turn.
 
 The learner's version is its update count. A batch's staleness is the learner's version minus
 the oldest version among its tokens. A thread starts batch `i` only once version
-`i - max_staleness` is published (fewer ahead with a smaller `queue_size`), so no batch is
-sampled only to be dropped; one staler than `max_staleness` all the same (a learner that
-skipped versions) is dropped, counted and sampled again.
+`i - max_staleness` is published (fewer ahead with a smaller `queue_size`), so every batch is
+within the bound and none is sampled only to be dropped; only batches of indices a learner
+skipped (its version jumped) are dropped and counted.
 For a stale batch the learner recomputes the old policy's log-probs with its current weights,
 keeps the sampler's as `behaviour_logprobs`, and the GRPO loss reweights by truncated importance
 sampling (`losses.importance_weights`). A fresh batch (staleness 0) is exactly the sync update.
@@ -55,8 +55,7 @@ class AsyncSampler:
     params: the policy weights to start with (as the sampler takes them: LoRA merged, on the
       sampling device), at version `version`.
     version: the learner's update count at the start.
-    max_staleness: batches staler than this are dropped (only a learner that skips versions
-      makes any: the admission rule keeps the others within it).
+    max_staleness: the bound on a batch's staleness, kept by admission.
     queue_size: batches sampled ahead of the learner's current one (0: `max_staleness`;
       capped at it, since staler ones would be dropped).
     num_threads: sampler threads (0: one per batch that may be sampled at once,
@@ -73,7 +72,6 @@ class AsyncSampler:
     self._job, self._draw, self._group_size = job, draw, group_size
     self._version = version  # the newest published (admission)
     self._next_index = version
-    self._retry: list[int] = []  # indices whose batch was dropped and must be sampled again
     self._ready: dict[int, episodes_lib.RolloutBatch] = {}
     self._in_progress: dict[int, int] = {}
     self._condition = threading.Condition()
@@ -89,14 +87,11 @@ class AsyncSampler:
     """The next batch index this thread may sample, once admitted (None: stopping)."""
     with self._condition:
       while not self._stop.is_set():
-        if self._retry:
-          index = self._retry.pop(0)
-        else:
-          index = max(self._next_index, self._version)
-          if index > self._version + self.lookahead:
-            self._condition.wait(timeout=0.1)
-            continue
-          self._next_index = index + 1
+        index = max(self._next_index, self._version)
+        if index > self._version + self.lookahead:
+          self._condition.wait(timeout=0.1)
+          continue
+        self._next_index = index + 1
         self._in_progress[index] = 0
         return index
       return None
@@ -130,10 +125,10 @@ class AsyncSampler:
     self.dropped_episodes += len(batch.episodes)
 
   def next_batch(self, version: int) -> tuple[episodes_lib.RolloutBatch, dict[str, float]]:
-    """Batch `version` for a learner at `version` (no staler than `max_staleness`), and
-    figures: its staleness (oldest token), the seconds the learner waited, the batches
-    dropped so far. Batches of earlier indices still waiting (a learner that skipped
-    versions) are dropped."""
+    """Batch `version` for a learner at `version`, and figures: its staleness (oldest token;
+    at most `lookahead` by the admission rule, since a thread reads the weights after it is
+    admitted), the seconds the learner waited, the batches dropped so far. Batches of earlier
+    indices still waiting (a learner that skipped versions) are dropped."""
     start = time.perf_counter()
     with self._condition:
       while True:
@@ -145,13 +140,9 @@ class AsyncSampler:
           self._condition.wait(timeout=0.1)
           continue
         batch = self._ready.pop(version)
-        sampled = batch.versions[batch.loss_mask > 0]
-        staleness = version - (int(sampled.min()) if sampled.size else version)
-        if staleness <= self.max_staleness:
-          break
-        self._drop(batch)  # Sampled before a jump of the learner's version: sample it again.
-        self._retry.append(version)
-        self._condition.notify_all()
+        break
+    sampled = batch.versions[batch.loss_mask > 0]
+    staleness = version - (int(sampled.min()) if sampled.size else version)
     return batch, {"async/staleness": float(staleness),
                    "async/mean_token_staleness": float(np.mean(version - sampled))
                    if sampled.size else 0.0,
