@@ -72,7 +72,12 @@ class AlphaZeroConfig:
     replay_iterations: the buffer holds the samples of this many iterations.
     batch_size: samples per minibatch.
     updates_per_iteration: optimizer steps per iteration.
-    learning_rate: Adam's step size.
+    learning_rate: Adam's step size (the peak, when it decays).
+    lr_decay_iterations: 0 keeps the step size constant; n > 0 decays it along a cosine to
+      `final_lr_fraction * learning_rate` over the updates of n iterations, then holds it.
+      Self-play against a moving target oscillates at a constant step size; the decay lets the
+      last iterations settle.
+    final_lr_fraction: the step size after the decay, as a fraction of `learning_rate`.
     weight_decay: AdamW's decoupled weight decay.
     max_grad_norm: global-norm gradient clip.
     value_coef: weight of the value loss (and of the reward loss for 'learned').
@@ -98,6 +103,8 @@ class AlphaZeroConfig:
   batch_size: int = 512
   updates_per_iteration: int = 32
   learning_rate: float = 1e-3
+  lr_decay_iterations: int = 0
+  final_lr_fraction: float = 0.1
   weight_decay: float = 1e-4
   max_grad_norm: float = 1.0
   value_coef: float = 1.0
@@ -141,6 +148,12 @@ class AlphaZeroConfig:
     if self.league_size and self.num_games % self.league_period:
       raise ValueError(f"AlphaZeroConfig.num_games = {self.num_games} is not divisible by "
                        f"league_period = {self.league_period}")
+    if self.lr_decay_iterations < 0:
+      raise ValueError(f"AlphaZeroConfig.lr_decay_iterations must be >= 0 (0: constant), got "
+                       f"{self.lr_decay_iterations}")
+    if not 0 <= self.final_lr_fraction <= 1:
+      raise ValueError(f"AlphaZeroConfig.final_lr_fraction must be in [0, 1], got "
+                       f"{self.final_lr_fraction}")
     for name in ("learning_rate", "max_grad_norm"):
       if getattr(self, name) <= 0:
         raise ValueError(f"AlphaZeroConfig.{name} must be > 0, got {getattr(self, name)}")
@@ -150,6 +163,16 @@ class AlphaZeroConfig:
     if not self.hidden_sizes or min(self.hidden_sizes) < 1:
       raise ValueError(f"AlphaZeroConfig.hidden_sizes must be positive widths, got "
                        f"{self.hidden_sizes}")
+
+
+def learning_rate_schedule(config: AlphaZeroConfig) -> float | optax.Schedule:
+  """The step size by update: the constant `learning_rate`, or its cosine decay over
+  `lr_decay_iterations * updates_per_iteration` updates."""
+  if not config.lr_decay_iterations:
+    return config.learning_rate
+  return optax.cosine_decay_schedule(
+      config.learning_rate, config.lr_decay_iterations * config.updates_per_iteration,
+      alpha=config.final_lr_fraction)
 
 
 @flax.struct.dataclass
@@ -350,7 +373,7 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
     model = search_lib.learned_dynamics(network)
   optimizer = optax.chain(
       optax.clip_by_global_norm(config.max_grad_norm),
-      optax.adamw(config.learning_rate, weight_decay=config.weight_decay))
+      optax.adamw(learning_rate_schedule(config), weight_decay=config.weight_decay))
   use_league = config.league_size > 0
   capacity = config.replay_iterations
   moves, num_games = config.num_moves, config.num_games

@@ -48,6 +48,33 @@ def test_config_errors_name_the_field():
     alphazero.AlphaZeroConfig(opponent_sampling="uniform")
   with pytest.raises(ValueError, match="not divisible by the 3 devices"):
     alphazero.make_learner(tiny_config(), axis_name="data", num_devices=3)
+  with pytest.raises(ValueError, match="lr_decay_iterations must be >= 0"):
+    alphazero.AlphaZeroConfig(lr_decay_iterations=-1)
+  with pytest.raises(ValueError, match="final_lr_fraction must be in"):
+    alphazero.AlphaZeroConfig(final_lr_fraction=1.5)
+
+
+def test_learning_rate_decays_along_a_cosine_then_holds():
+  assert alphazero.learning_rate_schedule(alphazero.AlphaZeroConfig()) == 1e-3
+  config = alphazero.AlphaZeroConfig(learning_rate=2e-3, lr_decay_iterations=10,
+                                     updates_per_iteration=4, final_lr_fraction=0.25)
+  schedule = alphazero.learning_rate_schedule(config)
+  steps = np.array([0, 10, 20, 30, 40, 100])
+  progress = np.minimum(steps / 40, 1.0)
+  expected = 2e-3 * (0.25 + 0.75 * 0.5 * (1 + np.cos(np.pi * progress)))
+  np.testing.assert_allclose([float(schedule(s)) for s in steps], expected, rtol=1e-5)
+  # The learner's optimizer applies it: with a constant gradient Adam's step is the step size.
+  config = tiny_config(learning_rate=2e-3, lr_decay_iterations=2, final_lr_fraction=0.25)
+  optimizer = alphazero.make_learner(config).optimizer
+  params = {"w": jnp.zeros(3)}
+  opt_state = optimizer.init(params)
+  steps = []
+  for _ in range(6):
+    updates, opt_state = optimizer.update({"w": jnp.ones(3)}, opt_state, params)
+    steps.append(-float(updates["w"][0]))
+  schedule = alphazero.learning_rate_schedule(config)
+  np.testing.assert_allclose(steps, [float(schedule(i)) for i in range(6)], rtol=1e-4)
+  assert steps[-1] == pytest.approx(0.5e-3, rel=1e-4)
 
 
 def test_one_and_eight_devices_give_equal_iterations():
