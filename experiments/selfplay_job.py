@@ -26,9 +26,15 @@ def alphazero_config(config: ml_collections.ConfigDict) -> alphazero.AlphaZeroCo
 
 
 def _rates(result: envs.MatchResult) -> dict[str, float]:
+  """Win, draw and loss rates and the mean score in [0, 1]; wins per seat (the learner moving
+  first or second), since the first player has the edge in most games."""
   score = np.asarray(result.score)
+  first = np.asarray(result.first_policy_moved_first, bool)
+  per_seat = {f"win_moving_{seat}": float(np.mean(score[games] > 0))
+              for seat, games in (("first", first), ("second", ~first)) if games.any()}
   return {"win": float(np.mean(score > 0)), "draw": float(np.mean(score == 0)),
-          "loss": float(np.mean(score < 0)), "score": float(np.mean(0.5 + 0.5 * score))}
+          "loss": float(np.mean(score < 0)), "score": float(np.mean(0.5 + 0.5 * score)),
+          **per_seat}
 
 
 class _Evaluator:

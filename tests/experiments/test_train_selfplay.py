@@ -11,6 +11,7 @@ import pytest
 from experiments import selfplay_job
 from experiments.configs import selfplay as selfplay_configs
 from rlagents import checkpoint
+from rlagents import envs
 from rlagents.metrics import read_csv
 
 
@@ -91,3 +92,14 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_run(tmp_path):
     assert rows_b[key] == pytest.approx(value, rel=1e-6), key
   finals_a = {k: v for k, v in _rows(straight, skip=()).items() if k[1] == "elo_final"}
   assert finals_a and max(step for step, _ in finals_a) == 4
+
+
+def test_match_rates_split_wins_by_seat():
+  # Four games: as first player a win and a draw; as second player a win and a loss.
+  result = envs.MatchResult(
+      score=np.array([1.0, 0.0, 1.0, -1.0]),
+      first_policy_moved_first=np.array([True, True, False, False]),
+      length=np.array([7, 42, 9, 12]), finished=np.ones(4, bool))
+  rates = selfplay_job._rates(result)  # pylint: disable=protected-access
+  assert rates == {"win": 0.5, "draw": 0.25, "loss": 0.25, "score": 0.625,
+                   "win_moving_first": 0.5, "win_moving_second": 0.5}
