@@ -167,7 +167,15 @@ class AlphaZeroConfig:
 
 def learning_rate_schedule(config: AlphaZeroConfig) -> float | optax.Schedule:
   """The step size by update: the constant `learning_rate`, or its cosine decay over
-  `lr_decay_iterations * updates_per_iteration` updates."""
+  `lr_decay_iterations * updates_per_iteration` updates.
+
+  Args:
+    config: the self-play settings (`learning_rate`, `lr_decay_iterations`,
+      `final_lr_fraction`, `updates_per_iteration`).
+
+  Returns:
+    A float (constant) or an optax schedule of the update count.
+  """
   if not config.lr_decay_iterations:
     return config.learning_rate
   return optax.cosine_decay_schedule(
