@@ -86,6 +86,12 @@ class AlphaZeroConfig:
     channels: convolution channels of the conv torso.
     latent_size: the learned model's latent width ('learned').
     unroll_steps: moves the learned model is unrolled in training ('learned').
+    consistency_coef: weight of the learned model's consistency loss ('learned'; 0 turns it
+      off): at each unrolled step k the dynamics' latent is pulled towards the representation of
+      the real observation k moves later (held fixed), by the negative cosine similarity of the
+      centred latents, averaged over the steps where the game still runs (as EfficientZero's
+      temporal consistency, Ye et al. 2021, without its projection heads). Reward and value
+      alone supervise the dynamics sparsely; this gives it a target at every step.
     league_size: past selves kept as opponents; 0 turns the league off.
     league_period: every `league_period`-th game of a device's games is a league game (> 1).
     league_add_every: iterations between additions to the league.
@@ -113,6 +119,7 @@ class AlphaZeroConfig:
   channels: int = 32
   latent_size: int = 128
   unroll_steps: int = 5
+  consistency_coef: float = 0.0
   league_size: int = 8
   league_period: int = 4
   league_add_every: int = 10
@@ -157,7 +164,7 @@ class AlphaZeroConfig:
     for name in ("learning_rate", "max_grad_norm"):
       if getattr(self, name) <= 0:
         raise ValueError(f"AlphaZeroConfig.{name} must be > 0, got {getattr(self, name)}")
-    for name in ("weight_decay", "value_coef"):
+    for name in ("weight_decay", "value_coef", "consistency_coef"):
       if getattr(self, name) < 0:
         raise ValueError(f"AlphaZeroConfig.{name} must be >= 0, got {getattr(self, name)}")
     if not self.hidden_sizes or min(self.hidden_sizes) < 1:
@@ -342,7 +349,7 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
   The metrics of an iteration (scalars): 'games' (finished in self-play), 'game_length', 'score'
   (mean final reward of the first player; ~0 when both sides are alike), 'policy_entropy' (of
   the search policy), 'root_value', 'loss', 'policy_loss', 'value_loss' (and 'reward_loss' for
-  'learned'), 'grad_norm', 'replay_samples' (trainable samples in the buffer), and with a league
+  'learned', 'consistency_loss' when its coefficient is > 0), 'grad_norm', 'replay_samples' (trainable samples in the buffer), and with a league
   'league_score' (the learner's score rate in this iteration's league games, NaN if none ended),
   'league_opponent' (its slot) and 'league_members'.
 
@@ -501,9 +508,20 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
     loss = policy_loss + config.value_coef * value_loss
     return loss, {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss}
 
+  def centred_cosine(a, b):
+    a = a - a.mean(-1, keepdims=True)
+    b = b - b.mean(-1, keepdims=True)
+    return (a * b).sum(-1) * lax.rsqrt(
+        jnp.maximum((a * a).sum(-1) * (b * b).sum(-1), 1e-12))
+
   def muzero_loss(params, batch):
     latent = network.apply(params, batch["obs"], method=network.represent)
-    total_policy, total_value, total_reward = 0.0, 0.0, 0.0
+    use_consistency = config.consistency_coef > 0
+    if use_consistency:
+      # The representation of the real observations k moves later, held fixed: [M, K, L].
+      targets = lax.stop_gradient(
+          network.apply(params, batch["next_obs"], method=network.represent))
+    total_policy, total_value, total_reward, total_consistency = 0.0, 0.0, 0.0, 0.0
     for k in range(config.unroll_steps + 1):
       logits, value = network.apply(params, latent, method=network.predict)
       ce = optax.softmax_cross_entropy(logits, batch["policy"][:, k])
@@ -516,14 +534,22 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
                                        method=network.dynamics)
         total_reward += (jnp.square(reward - batch["reward"][:, k]) * batch["reward_mask"][:, k]
                          ).sum() / jnp.maximum(batch["reward_mask"][:, k].sum(), 1.0)
+        if use_consistency:
+          mask = batch["next_mask"][:, k]
+          total_consistency += -(centred_cosine(latent, targets[:, k]) * mask).sum() \
+              / jnp.maximum(mask.sum(), 1.0)
         # MuZero halves the gradient flowing back through the dynamics at every step.
         latent = 0.5 * latent + 0.5 * lax.stop_gradient(latent)
     scale = 1.0 / (config.unroll_steps + 1)
     policy_loss, value_loss = total_policy * scale, total_value * scale
     reward_loss = total_reward / config.unroll_steps
     loss = policy_loss + config.value_coef * (value_loss + reward_loss)
-    return loss, {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss,
-                  "reward_loss": reward_loss}
+    metrics = {"policy_loss": policy_loss, "value_loss": value_loss, "reward_loss": reward_loss}
+    if use_consistency:
+      consistency_loss = total_consistency / config.unroll_steps
+      loss = loss + config.consistency_coef * consistency_loss
+      metrics["consistency_loss"] = consistency_loss
+    return loss, {"loss": loss, **metrics}
 
   def gather_batch(replay: Replay, flat_index):
     """The samples at `flat_index` into `[C * T * B]` (with their unrolls for 'learned')."""
@@ -541,7 +567,7 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
     # Moves before step k that ended the game: from then on the state is absorbing.
     ended_before = jnp.cumsum(ends, axis=1) - ends > 0
     alive = in_window & ~ended_before
-    return {
+    batch = {
         "obs": replay.obs[block, t, b],
         "policy": at(replay.policy),
         "policy_mask": (alive & at(replay.learner_move)).astype(jnp.float32),
@@ -551,13 +577,19 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
         "reward": jnp.where(alive, at(replay.reward), 0.0)[:, :-1],
         "reward_mask": (alive | ended_before).astype(jnp.float32)[:, :-1],
     }
+    if config.consistency_coef > 0:
+      # The real observation after each unrolled move, where its game still runs.
+      batch["next_obs"] = at(replay.obs)[:, 1:]
+      batch["next_mask"] = alive[:, 1:].astype(jnp.float32)
+    return batch
 
   loss_fn = az_loss if config.model == "true" else muzero_loss
 
   def mirror_odd(batch, position):
     """Mirrors the Connect Four samples at odd minibatch `position`s ([M]) left to right."""
     odd = position % 2 == 1
-    flips = {"obs": lambda x: x[..., ::-1, :], "policy": lambda x: x[..., ::-1],
+    flips = {"obs": lambda x: x[..., ::-1, :], "next_obs": lambda x: x[..., ::-1, :],
+             "policy": lambda x: x[..., ::-1],
              "action": lambda x: num_actions - 1 - x}
     return {name: _select(odd, flips[name](x), x) if name in flips else x
             for name, x in batch.items()}
