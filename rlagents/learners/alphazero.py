@@ -38,7 +38,6 @@ so one device and eight devices compute the same iteration.
 """
 
 import dataclasses
-import functools
 from collections.abc import Callable
 from typing import Any
 
