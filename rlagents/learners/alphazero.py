@@ -80,6 +80,9 @@ class AlphaZeroConfig:
     weight_decay: AdamW's decoupled weight decay.
     max_grad_norm: global-norm gradient clip.
     value_coef: weight of the value loss (and of the reward loss for 'learned').
+    reward_coef: a further factor on the learned model's reward loss ('learned'): its targets
+      are sparse (in Connect Four only a game's last move has a reward), so at weight 1 the
+      reward head gets a small share of the gradient.
     hidden_sizes: widths of the networks' dense layers.
     torso: 'mlp' or 'conv' (`rlagents.search.PolicyValueNet`).
     channels: convolution channels of the conv torso.
@@ -113,6 +116,7 @@ class AlphaZeroConfig:
   weight_decay: float = 1e-4
   max_grad_norm: float = 1.0
   value_coef: float = 1.0
+  reward_coef: float = 1.0
   hidden_sizes: tuple[int, ...] = (128, 128)
   torso: str = "mlp"
   channels: int = 32
@@ -163,7 +167,7 @@ class AlphaZeroConfig:
     for name in ("learning_rate", "max_grad_norm"):
       if getattr(self, name) <= 0:
         raise ValueError(f"AlphaZeroConfig.{name} must be > 0, got {getattr(self, name)}")
-    for name in ("weight_decay", "value_coef", "consistency_coef"):
+    for name in ("weight_decay", "value_coef", "reward_coef", "consistency_coef"):
       if getattr(self, name) < 0:
         raise ValueError(f"AlphaZeroConfig.{name} must be >= 0, got {getattr(self, name)}")
     if not self.hidden_sizes or min(self.hidden_sizes) < 1:
@@ -542,7 +546,7 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
     scale = 1.0 / (config.unroll_steps + 1)
     policy_loss, value_loss = total_policy * scale, total_value * scale
     reward_loss = total_reward / config.unroll_steps
-    loss = policy_loss + config.value_coef * (value_loss + reward_loss)
+    loss = policy_loss + config.value_coef * (value_loss + config.reward_coef * reward_loss)
     metrics = {"policy_loss": policy_loss, "value_loss": value_loss, "reward_loss": reward_loss}
     if use_consistency:
       consistency_loss = total_consistency / config.unroll_steps

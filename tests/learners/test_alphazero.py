@@ -54,6 +54,8 @@ def test_config_errors_name_the_field():
     alphazero.AlphaZeroConfig(final_lr_fraction=1.5)
   with pytest.raises(ValueError, match="consistency_coef must be >= 0"):
     alphazero.AlphaZeroConfig(consistency_coef=-1.0)
+  with pytest.raises(ValueError, match="reward_coef must be >= 0"):
+    alphazero.AlphaZeroConfig(reward_coef=-0.5)
 
 
 def test_learning_rate_decays_along_a_cosine_then_holds():
@@ -123,10 +125,12 @@ def test_resume_from_a_checkpoint_equals_the_uninterrupted_run(tmp_path):
 
 def test_consistency_loss_aligns_the_dynamics_with_the_next_representation():
   """The learned model's dynamics, pulled towards the representation of the real next
-  observation: the centred cosine between them rises as it trains (the loss is its negative)."""
+  observation: the centred cosine between them rises as it trains (the loss is its negative);
+  the loss's terms carry their weights."""
   config = tiny_config(model="learned", latent_size=16, unroll_steps=3, num_moves=42,
                        replay_iterations=1, updates_per_iteration=16, batch_size=64,
-                       consistency_coef=1.0, learning_rate=3e-3, mirror=True, league_size=0)
+                       consistency_coef=1.0, reward_coef=2.0, learning_rate=3e-3, mirror=True,
+                       league_size=0)
   learner = alphazero.make_learner(config)
   step = jax.jit(learner.iteration)
   state = learner.init(jax.random.key(0))
@@ -137,6 +141,11 @@ def test_consistency_loss_aligns_the_dynamics_with_the_next_representation():
   trained = [x for x in losses if not np.isnan(x)]
   assert all(-1.0 <= x <= 1.0 for x in trained), losses
   assert trained[-1] < trained[0] - 0.2, losses
+  # The terms add up with their weights (value_coef 1).
+  np.testing.assert_allclose(
+      float(metrics["loss"]),
+      float(metrics["policy_loss"] + metrics["value_loss"] + 2.0 * metrics["reward_loss"]
+            + metrics["consistency_loss"]), rtol=1e-5)
   # Off by default: no such term.
   _, metrics = jax.jit(alphazero.make_learner(tiny_config(model="learned")).iteration)(
       alphazero.make_learner(tiny_config(model="learned")).init(jax.random.key(0)))
