@@ -25,6 +25,33 @@ def alphazero_config(config: ml_collections.ConfigDict) -> alphazero.AlphaZeroCo
   return alphazero.AlphaZeroConfig(**values)
 
 
+def load_run(workdir: str) -> tuple[ml_collections.ConfigDict, alphazero.AlphaZeroLearner, Any,
+                                    int]:
+  """A run's config, learner, newest checkpointed parameters and their iteration (host code).
+
+  Args:
+    workdir: a directory `train_and_evaluate` wrote (its `config.json` and `checkpoints/`).
+
+  Returns:
+    `(config, learner, params, iteration)`.
+  """
+  path = os.path.join(workdir, "config.json")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{path} not found: {workdir!r} is not a self-play run's workdir")
+  with open(path) as f:
+    config = ml_collections.ConfigDict(json.load(f))
+  # JSON turned tuples into lists; the learner's config wants tuples back.
+  config.az.hidden_sizes = tuple(config.az.hidden_sizes)
+  config.eval_minimax_depths = tuple(config.eval_minimax_depths)
+  learner = alphazero.make_learner(alphazero_config(config))
+  state = learner.init(jax.random.key(config.seed))
+  with checkpoint.Checkpointer(os.path.join(workdir, "checkpoints")) as checkpointer:
+    restored = checkpointer.restore_latest(target={"learner": state, "previous": state.params})
+  if restored is None:
+    raise FileNotFoundError(f"no checkpoint under {os.path.join(workdir, 'checkpoints')}")
+  return config, learner, restored.state["learner"].params, restored.step
+
+
 def _rates(result: envs.MatchResult) -> dict[str, float]:
   """Win, draw and loss rates and the mean score in [0, 1]; wins per seat (the learner moving
   first or second), since the first player has the edge in most games."""
