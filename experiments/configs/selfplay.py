@@ -8,7 +8,7 @@ Run (times on the shared 2-core dev CPU; see docs/selfplay.md for the measured f
         of training, then plays 1,000 games against random and 200 against depth-4 minimax.
     python -m experiments.train_selfplay --workdir=/tmp/selfplay_muzero \
         --config=experiments/configs/selfplay.py:muzero
-        The same with search over a learned model (MuZero).
+        The same with search over a learned model (MuZero; consistency loss, reward weight 5).
     python -m experiments.train_selfplay --workdir=/tmp/smoke \
         --config=experiments/configs/selfplay.py:smoke
         A few iterations of a tiny setting (~1-2 min with compilation).
@@ -93,6 +93,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.az.torso = "conv"
   if "muzero" in parts:
     config.az.model = "learned"
+    # The learned model's dynamics get a target at every unrolled move (the representation of
+    # the real next position) and its sparse rewards 5x the weight: at the defaults (0 and 1)
+    # the model called 27% of the immediate wins in random positions and search over it was no
+    # better at 128 simulations than at 2 (docs/selfplay.md).
+    config.az.consistency_coef = 1.0
+    config.az.reward_coef = 5.0
   if "smoke" in parts:
     config.az.num_games = 32
     config.az.num_moves = 42 if game == "connect_four" else 64
