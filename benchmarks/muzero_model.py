@@ -4,7 +4,7 @@ r"""How good is a trained learned (MuZero) model of Connect Four, and does searc
 
 Reads the newest checkpoint of a `train_selfplay` run with `az.model='learned'` and measures:
 
-- **Immediate wins**: `--positions` positions from random play (4 to 29 random moves, games
+- **Immediate wins** (`selfplay_job.model_win_checks`): `--positions` positions from random play (4 to 29 random moves, games
   that ended are cut before their last move). For every legal move the true mover's reward comes
   from the game, the predicted one from `dynamics(represent(obs), move)`. Printed: the share of
   winning moves the reward head scores above 0.5 (recall), the share of other moves it scores
@@ -23,11 +23,7 @@ import time
 from absl import app
 from absl import flags
 import jax
-import jax.numpy as jnp
-import numpy as np
-
 from experiments import selfplay_job
-from rlagents import envs
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A learned-model self-play run.", required=True)
 _POSITIONS = flags.DEFINE_integer("positions", 4000, "Random positions for the win checks.")
@@ -38,71 +34,6 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of the positions and the games.")
 _JSON = flags.DEFINE_string("json", None, "Write the figures here too.")
 
 
-def random_positions(game: envs.TurnBasedEnvironment, key, num: int, max_moves: int = 30):
-  """`num` positions after 4 to `max_moves - 1` uniform random moves, none of them over."""
-  def one(key):
-    length_key, play_key = jax.random.split(key)
-    length = jax.random.randint(length_key, (), 4, max_moves)
-    state, turn = game.reset(play_key)
-
-    def move(i, carry):
-      state, turn, key = carry
-      key, sub = jax.random.split(key)
-      action = jax.random.categorical(sub, jnp.where(turn.legal_action_mask, 0.0, -jnp.inf))
-      next_state, next_turn = game.step(state, action, sub)
-      keep = (i < length) & ~next_turn.terminated & ~next_turn.truncated
-      pick = lambda new, old: jnp.where(keep, new, old)
-      return jax.tree.map(pick, next_state, state), jax.tree.map(pick, next_turn, turn), key
-
-    state, turn, _ = jax.lax.fori_loop(0, max_moves, move, (state, turn, play_key))
-    return state, turn
-
-  return jax.vmap(one)(jax.random.split(key, num))
-
-
-def mover_rewards(game: envs.TurnBasedEnvironment, state, turn, key) -> jax.Array:
-  """`[N, A]`: the mover's reward for each move from each of a batch of positions."""
-  def of_position(state, turn):
-    def one(action):
-      _, after = game.step(state, action, key)
-      return after.rewards[turn.current_player]
-    return jax.vmap(one)(jnp.arange(game.action_spec().num_values))
-  return jax.vmap(of_position)(state, turn)
-
-
-def win_checks(learner, params, key, num: int) -> dict[str, float]:
-  """The model's reward head and prior on the immediate wins of `num` random positions."""
-  game = envs.make_game(learner.config.game)
-  network = learner.network
-  num_actions = game.action_spec().num_values
-
-  @jax.jit
-  def run(key):
-    state, turn = random_positions(game, key, num)
-    actions = jnp.arange(num_actions)
-    rewards = mover_rewards(game, state, turn, key)                     # [N, A]
-    latent = network.apply(params, turn.observation, method=network.represent)
-    predicted = jax.vmap(lambda a: network.apply(
-        params, latent, jnp.full((num,), a), method=network.dynamics)[1])(actions).T
-    logits, _ = network.apply(params, latent, method=network.predict)
-    return rewards, predicted, turn.legal_action_mask, logits
-
-  rewards, predicted, legal, logits = jax.device_get(run(key))
-  win = (rewards > 0.5) & legal
-  other = ~(rewards > 0.5) & legal
-  has_win = win.any(axis=1)
-  favourite = lambda scores: np.where(legal, scores, -np.inf)[has_win].argmax(axis=1)
-  rows = np.arange(int(has_win.sum()))
-  return {
-      "positions": num, "positions_with_a_win": int(has_win.sum()),
-      "winning_moves": int(win.sum()),
-      "reward_recall": float((predicted[win] > 0.5).mean()),
-      "reward_false_alarms": float((predicted[other] > 0.5).mean()),
-      "prior_takes_the_win": float(win[has_win][rows, favourite(logits)].mean()),
-      "reward_head_takes_the_win": float(win[has_win][rows, favourite(predicted)].mean()),
-  }
-
-
 def main(argv):
   del argv
   config, learner, params, iteration = selfplay_job.load_run(_WORKDIR.value)
@@ -111,7 +42,7 @@ def main(argv):
                      f"{learner.config.model!r}); this benchmark reads a learned model")
   key = jax.random.key(_SEED.value)
   figures = {"workdir": _WORKDIR.value, "iteration": iteration,
-             "wins": win_checks(learner, params, key, _POSITIONS.value), "vs_random": {}}
+             "wins": selfplay_job.model_win_checks(learner, params, key, _POSITIONS.value), "vs_random": {}}
   print(f"{_WORKDIR.value}, iteration {iteration}")
   print("immediate wins: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
                                        for k, v in figures["wins"].items()))

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
@@ -50,6 +51,105 @@ def load_run(workdir: str) -> tuple[ml_collections.ConfigDict, alphazero.AlphaZe
   if restored is None:
     raise FileNotFoundError(f"no checkpoint under {os.path.join(workdir, 'checkpoints')}")
   return config, learner, restored.state["learner"].params, restored.step
+
+
+def random_positions(game: envs.TurnBasedEnvironment, key, num: int, max_moves: int = 30):
+  """Positions after uniform random moves; pure, jittable.
+
+  Args:
+    game: a turn-based environment.
+    key: PRNG key.
+    num: positions.
+    max_moves: each position follows 4 to `max_moves - 1` random moves (a move that would end
+      the game is not played, so none is over).
+
+  Returns:
+    `(state, turn)` with a leading axis `[num]`.
+  """
+  def one(key):
+    length_key, play_key = jax.random.split(key)
+    length = jax.random.randint(length_key, (), 4, max_moves)
+    state, turn = game.reset(play_key)
+
+    def move(i, carry):
+      state, turn, key = carry
+      key, sub = jax.random.split(key)
+      action = jax.random.categorical(sub, jnp.where(turn.legal_action_mask, 0.0, -jnp.inf))
+      next_state, next_turn = game.step(state, action, sub)
+      keep = (i < length) & ~next_turn.terminated & ~next_turn.truncated
+      pick = lambda new, old: jnp.where(keep, new, old)
+      return jax.tree.map(pick, next_state, state), jax.tree.map(pick, next_turn, turn), key
+
+    state, turn, _ = jax.lax.fori_loop(0, max_moves, move, (state, turn, play_key))
+    return state, turn
+
+  return jax.vmap(one)(jax.random.split(key, num))
+
+
+def mover_rewards(game: envs.TurnBasedEnvironment, state, turn, key) -> jax.Array:
+  """The mover's reward for every move of a batch of positions; pure, jittable.
+
+  Args:
+    game: a turn-based environment.
+    state: the positions' states (leading axis `[N]`).
+    turn: their `Turn`s.
+    key: the PRNG key the steps get.
+
+  Returns:
+    `[N, A]` rewards.
+  """
+  def of_position(state, turn):
+    def one(action):
+      _, after = game.step(state, action, key)
+      return after.rewards[turn.current_player]
+    return jax.vmap(one)(jnp.arange(game.action_spec().num_values))
+  return jax.vmap(of_position)(state, turn)
+
+
+def model_win_checks(learner, params, key, num: int) -> dict[str, float]:
+  """A learned model's reward head and prior on the immediate wins of `num` random positions.
+
+  Args:
+    learner: a learner with `config.model == 'learned'`.
+    params: its network's parameters.
+    key: the positions' PRNG key.
+    num: positions (from `random_positions`).
+
+  Returns:
+    Counts ('positions', 'positions_with_a_win', 'winning_moves') and rates:
+    'reward_recall' (winning moves the reward head scores above 0.5), 'reward_false_alarms'
+    (other legal moves it scores above 0.5), 'prior_takes_the_win' and
+    'reward_head_takes_the_win' (in positions with a win, the favourite legal move wins).
+  """
+  game = envs.make_game(learner.config.game)
+  network = learner.network
+  num_actions = game.action_spec().num_values
+
+  @jax.jit
+  def run(key):
+    state, turn = random_positions(game, key, num)
+    actions = jnp.arange(num_actions)
+    rewards = mover_rewards(game, state, turn, key)                     # [N, A]
+    latent = network.apply(params, turn.observation, method=network.represent)
+    predicted = jax.vmap(lambda a: network.apply(
+        params, latent, jnp.full((num,), a), method=network.dynamics)[1])(actions).T
+    logits, _ = network.apply(params, latent, method=network.predict)
+    return rewards, predicted, turn.legal_action_mask, logits
+
+  rewards, predicted, legal, logits = jax.device_get(run(key))
+  win = (rewards > 0.5) & legal
+  other = ~(rewards > 0.5) & legal
+  has_win = win.any(axis=1)
+  favourite = lambda scores: np.where(legal, scores, -np.inf)[has_win].argmax(axis=1)
+  rows = np.arange(int(has_win.sum()))
+  return {
+      "positions": num, "positions_with_a_win": int(has_win.sum()),
+      "winning_moves": int(win.sum()),
+      "reward_recall": float((predicted[win] > 0.5).mean()),
+      "reward_false_alarms": float((predicted[other] > 0.5).mean()),
+      "prior_takes_the_win": float(win[has_win][rows, favourite(logits)].mean()),
+      "reward_head_takes_the_win": float(win[has_win][rows, favourite(predicted)].mean()),
+  }
 
 
 def _rates(result: envs.MatchResult) -> dict[str, float]:

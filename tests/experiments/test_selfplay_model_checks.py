@@ -1,20 +1,13 @@
-"""`benchmarks/muzero_model.py`'s ground truth: random positions and their immediate wins, checked
-against a numpy reading of the board."""
-
-import importlib.util
-import os
+"""The learned model's win checks (`benchmarks/muzero_model.py`): random positions and their
+immediate wins against a numpy reading of the board."""
 
 import jax
 import numpy as np
 
+from experiments import selfplay_job
 from rlagents import envs
 from rlagents import search
 from rlagents.learners import alphazero
-
-_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "muzero_model.py")
-_spec = importlib.util.spec_from_file_location("muzero_model_benchmark", _PATH)
-muzero_model = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(muzero_model)
 
 
 def _numpy_wins(board: np.ndarray) -> np.ndarray:
@@ -42,8 +35,8 @@ def _numpy_wins(board: np.ndarray) -> np.ndarray:
 def test_random_positions_and_their_immediate_wins_match_the_board():
   game = envs.make_game("connect_four")
   key = jax.random.key(3)
-  state, turn = jax.jit(lambda k: muzero_model.random_positions(game, k, 300))(key)
-  rewards = np.asarray(jax.jit(lambda s, t: muzero_model.mover_rewards(game, s, t, key))(
+  state, turn = jax.jit(lambda k: selfplay_job.random_positions(game, k, 300))(key)
+  rewards = np.asarray(jax.jit(lambda s, t: selfplay_job.mover_rewards(game, s, t, key))(
       state, turn))
   boards = np.asarray(turn.observation)
   stones = boards.sum(axis=(1, 2, 3))
@@ -60,7 +53,7 @@ def test_win_checks_of_an_untrained_model_are_rates():
                                      latent_size=8, search=search.SearchConfig(num_simulations=2))
   learner = alphazero.make_learner(config)
   params = learner.init(jax.random.key(0)).params
-  figures = muzero_model.win_checks(learner, params, jax.random.key(1), 200)
+  figures = selfplay_job.model_win_checks(learner, params, jax.random.key(1), 200)
   assert figures["positions"] == 200 and figures["winning_moves"] > 0
   for name in ("reward_recall", "reward_false_alarms", "prior_takes_the_win",
                "reward_head_takes_the_win"):
