@@ -4,12 +4,13 @@ r"""How good is a trained learned (MuZero) model of Connect Four, and does searc
 
 Reads the newest checkpoint of a `train_selfplay` run with `az.model='learned'` and measures:
 
-- **Immediate wins** (`selfplay_job.model_win_checks`): `--positions` positions from random play (4 to 29 random moves, games
-  that ended are cut before their last move). For every legal move the true mover's reward comes
-  from the game, the predicted one from `dynamics(represent(obs), move)`. Printed: the share of
-  winning moves the reward head scores above 0.5 (recall), the share of other moves it scores
-  above 0.5 (false alarms), and, in positions with a winning move, how often the prior's and the
-  reward head's favourite legal move wins.
+- **Immediate wins** (`selfplay_job.model_win_checks`): `--positions` positions from random
+  play (4 to 29 random moves, games that ended are cut before their last move). For every
+  legal move the true mover's reward comes from the game, the predicted one from
+  `dynamics(represent(obs), move)`. Printed: the share of winning moves the reward head scores
+  above 0.5 (recall), the share of other moves it scores above 0.5 (false alarms), and, in
+  positions with a winning move, how often the prior's and the reward head's favourite legal
+  move wins.
 - **Search over the model**: the learner's evaluation search (no noise) against the uniform
   random player at each of `--simulations`, `--games` games per setting, half moving first.
   If more simulations do not win more, search is not reading anything useful from the model.
@@ -42,12 +43,14 @@ def main(argv):
                      f"{learner.config.model!r}); this benchmark reads a learned model")
   key = jax.random.key(_SEED.value)
   figures = {"workdir": _WORKDIR.value, "iteration": iteration,
-             "wins": selfplay_job.model_win_checks(learner, params, key, _POSITIONS.value), "vs_random": {}}
+             "wins": selfplay_job.model_win_checks(learner, params, key, _POSITIONS.value),
+             "vs_random": {}}
   print(f"{_WORKDIR.value}, iteration {iteration}")
   print("immediate wins: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
                                        for k, v in figures["wins"].items()))
   for simulations in (int(s) for s in _SIMULATIONS.value):
-    evaluator = selfplay_job._Evaluator(learner, config, simulations)  # pylint: disable=protected-access
+    # pylint: disable-next=protected-access
+    evaluator = selfplay_job._Evaluator(learner, config, simulations)
     start = time.time()
     result = evaluator.play(params, "random", jax.random.fold_in(key, simulations), _GAMES.value)
     figures["vs_random"][simulations] = result

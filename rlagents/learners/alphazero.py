@@ -352,9 +352,10 @@ def make_learner(config: AlphaZeroConfig, *, axis_name=None,
   The metrics of an iteration (scalars): 'games' (finished in self-play), 'game_length', 'score'
   (mean final reward of the first player; ~0 when both sides are alike), 'policy_entropy' (of
   the search policy), 'root_value', 'loss', 'policy_loss', 'value_loss' (and 'reward_loss' for
-  'learned', 'consistency_loss' when its coefficient is > 0), 'grad_norm', 'replay_samples' (trainable samples in the buffer), and with a league
-  'league_score' (the learner's score rate in this iteration's league games, NaN if none ended),
-  'league_opponent' (its slot) and 'league_members'.
+  'learned', 'consistency_loss' when its coefficient is > 0), 'grad_norm', 'replay_samples'
+  (trainable samples in the buffer), and with a league 'league_score' (the learner's score rate
+  in this iteration's league games, NaN if none ended), 'league_opponent' (its slot) and
+  'league_members'.
 
   Args:
     config: the settings.

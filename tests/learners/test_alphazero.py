@@ -147,8 +147,8 @@ def test_consistency_loss_aligns_the_dynamics_with_the_next_representation():
       float(metrics["policy_loss"] + metrics["value_loss"] + 2.0 * metrics["reward_loss"]
             + metrics["consistency_loss"]), rtol=1e-5)
   # Off by default: no such term.
-  _, metrics = jax.jit(alphazero.make_learner(tiny_config(model="learned")).iteration)(
-      alphazero.make_learner(tiny_config(model="learned")).init(jax.random.key(0)))
+  plain = alphazero.make_learner(tiny_config(model="learned"))
+  _, metrics = jax.jit(plain.iteration)(plain.init(jax.random.key(0)))
   assert "consistency_loss" not in metrics
 
 
