@@ -142,10 +142,15 @@ class SelfPlayConfig:
     proposer_demonstrations: proposer episodes added to the SFT demonstrations (proposals
       written from training tasks by the suite's grammar), so the policy can write a task in
       the grammar before self-play starts; 0 adds none.
+    composed_demonstrations: share of those examples built from two training tasks by the
+      grammar's `compose` (larger than any training task), so the proposer has seen the
+      grammar beyond training's sizes; the rest are the grammar's `demonstrations`. Examples
+      that are invalid or belong to an evaluation split are dropped (counted in the log).
   """
   proposed_fraction: float = 0.5
   learnability: str = "variance"
   proposer_demonstrations: int = 1000
+  composed_demonstrations: float = 0.0
 
   def __post_init__(self):
     if not 0 < self.proposed_fraction <= 1:
@@ -158,6 +163,9 @@ class SelfPlayConfig:
         or not isinstance(self.proposer_demonstrations, int) or self.proposer_demonstrations < 0):
       raise ValueError(f"selfplay.proposer_demonstrations must be an int >= 0, got "
                        f"{self.proposer_demonstrations!r}")
+    if not 0.0 <= self.composed_demonstrations <= 1.0:
+      raise ValueError(f"selfplay.composed_demonstrations must be in [0, 1], got "
+                       f"{self.composed_demonstrations}")
 
 
 def _default_model() -> TransformerConfig:

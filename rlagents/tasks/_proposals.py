@@ -69,6 +69,10 @@ class ProposalGrammar:
       `selfplay/proposal_<name>`.
     demonstrations: `demonstrations(train_tasks, rng)` -> one proposal text per task, written
       from training tasks: the proposer role's examples in the SFT warm start.
+    compose: `compose(first, second, rng)` -> one proposal text built from two training tasks
+      and larger than the first (e.g. its expression extended by the second's), so that the
+      proposer's warm start can show tasks beyond training's sizes
+      (`selfplay.composed_demonstrations`); None when the suite has no such composition.
   """
   prompt: str
   to_task: Callable[[str], Any]
@@ -76,6 +80,7 @@ class ProposalGrammar:
   reserved_split: Callable[[str], str | None]
   difficulty: Callable[[Any], Mapping[str, float]]
   demonstrations: Callable[[Sequence[Any], np.random.Generator], list[str]]
+  compose: Callable[[Any, Any, np.random.Generator], str] | None = None
 
 
 @dataclasses.dataclass

@@ -329,6 +329,17 @@ def proposal_grammar(config: CalculatorSuiteConfig) -> _proposals.ProposalGramma
       texts.append("".join(parts[:2 * keep - 1]))
     return texts
 
+  def compose(first: CalculatorTask, second: CalculatorTask, rng: np.random.Generator) -> str:
+    # The first expression, an operator, then the second's operands up to a random count
+    # between one more than the first has and the grammar's limit: longer than training's.
+    parts = (re.findall(r"[0-9]+|[^0-9]", first.expression)
+             + [operators[int(rng.integers(len(operators)))]]
+             + re.findall(r"[0-9]+|[^0-9]", second.expression))
+    most = min((len(parts) + 1) // 2, max_operands)
+    keep = int(rng.integers(min(first.num_operands + 1, most), most + 1))
+    return "".join(parts[:2 * keep - 1])
+
   return _proposals.ProposalGrammar(
       prompt=PROPOSER_PROMPT, to_task=to_task, key=lambda task: task.expression,
-      reserved_split=reserved_split, difficulty=difficulty, demonstrations=demonstrations)
+      reserved_split=reserved_split, difficulty=difficulty, demonstrations=demonstrations,
+      compose=compose)

@@ -43,6 +43,7 @@ def test_selfplay_variants_build_and_name_the_phase():
     ({"selfplay.learnability": "entropy"}, "selfplay.learnability must be one of"),
     ({"selfplay.proposer_demonstrations": -1}, "selfplay.proposer_demonstrations must be"),
     ({"selfplay.proposer_demonstrations": 0}, "selfplay.proposer_demonstrations > 0"),
+    ({"selfplay.composed_demonstrations": 1.5}, "selfplay.composed_demonstrations must be in"),
     ({"diversity_weight": 0.1}, "does not support diversity_weight"),
     ({"rollout_mode": "jit"}, "rollout_mode='jit' runs GRPO steps in one program"),
 ])
@@ -182,3 +183,37 @@ def test_a_suite_without_a_proposal_grammar_stops_before_training(tmp_path):
   with pytest.raises(pipeline.JobError, match="task suite 'keydoor' gives no proposal grammar"):
     pipeline.train_and_evaluate(config, str(tmp_path / "run"))
   assert not os.path.exists(tmp_path / "run" / "checkpoints" / "sft" / "1")
+
+
+def test_composed_proposer_examples_are_larger_and_never_evaluation_tasks(tmp_path):
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  import types  # pylint: disable=g-import-not-at-top
+  from rlagents.pipeline import _job  # pylint: disable=g-import-not-at-top
+  config = _config(**{"selfplay.proposer_demonstrations": 200,
+                      "selfplay.composed_demonstrations": 0.5})
+  suite = _job.load_suite(config, str(tmp_path))
+  phase = pipeline.phases.get_phase("grpo_selfplay")
+
+  def operands(episodes):
+    return [len(e.answer.replace("*", "+").replace("-", "+").split("+")) for e in episodes]
+
+  episodes = phase.warm_start_demonstrations(types.SimpleNamespace(config=config, suite=suite),
+                                             np.random.default_rng(0))
+  counts = operands(episodes)
+  trained = config.tasks.num_operands
+  assert len(episodes) == 200
+  assert sum(c > trained for c in counts) == 100
+  assert max(counts) <= 18 // config.tasks.ood_max_digits
+
+  # A composition that writes an evaluation task (here the first heldout_ood one) is dropped.
+  leaked = suite.splits["heldout_ood"][0].expression
+  grammar = dataclasses.replace(suite.proposals, compose=lambda first, second, rng: leaked)
+  job = types.SimpleNamespace(config=config, suite=dataclasses.replace(suite, proposals=grammar))
+  episodes = phase.warm_start_demonstrations(job, np.random.default_rng(0))
+  assert len(episodes) == 100 and leaked not in {e.answer for e in episodes}
+  assert max(operands(episodes)) <= trained
+
+  # Without a composition the setting is refused by name.
+  job.suite = dataclasses.replace(suite, proposals=dataclasses.replace(grammar, compose=None))
+  with pytest.raises(pipeline.JobError, match="gives no composition"):
+    phase.warm_start_demonstrations(job, np.random.default_rng(0))

@@ -102,6 +102,26 @@ def test_demonstrations_are_accepted_proposals_of_one_to_n_operands(splits):
                                                         "max_digits": 2.0}
 
 
+def test_compose_extends_a_training_expression_beyond_training_sizes(splits):
+  grammar = tasks.proposal_grammar(CONFIG)
+  train = splits["train"]
+  rng = np.random.default_rng(0)
+  counts = []
+  for i in range(300):
+    first, second = train[i % len(train)], train[-1 - i % len(train)]
+    text = grammar.compose(first, second, rng)
+    task = grammar.to_task(text)
+    counts.append(task.num_operands)
+    assert text.startswith(first.expression)
+    # What follows the first expression is an operator then the second's leading operands.
+    rest = text[len(first.expression):]
+    assert rest[0] in CONFIG.operators and second.expression.startswith(rest[1:])
+  # Longer than any training expression, never past the grammar's limit, every count between.
+  limit = 18 // CONFIG.ood_max_digits
+  assert set(counts) == set(range(CONFIG.num_operands + 1, min(2 * CONFIG.num_operands, limit)
+                                  + 1)), sorted(set(counts))
+
+
 def test_any_suite_grammar_plugs_in_and_unsolvable_is_counted():
   # A toy grammar: a word whose "answer" is its length, unsolvable when it has no vowel.
   def to_task(text):

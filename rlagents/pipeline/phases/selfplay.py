@@ -33,6 +33,7 @@ log) plots proposal difficulty and solver success over training.
 
 import dataclasses
 import functools
+import json
 import os
 
 import jax
@@ -103,10 +104,29 @@ class GRPOSelfPlay(_base.Phase):
   def warm_start_demonstrations(self, job, rng):
     grammar = _grammar(job)
     train = job.suite.splits["train"]
-    count = job.config.selfplay.proposer_demonstrations
+    settings = job.config.selfplay
+    count = settings.proposer_demonstrations
     sources = [train[i] for i in rng.choice(len(train), count, replace=count > len(train))]
+    composed = round(settings.composed_demonstrations * count)
+    texts = grammar.demonstrations(sources[composed:], rng)
+    if composed:
+      if grammar.compose is None:
+        raise job_lib.JobError(
+            f"selfplay.composed_demonstrations={settings.composed_demonstrations}: task suite "
+            f"{job.suite.name!r} gives no composition (ProposalGrammar.compose)")
+      seconds = rng.choice(len(train), composed)
+      texts = [grammar.compose(first, train[j], rng)
+               for first, j in zip(sources[:composed], seconds)] + texts
+    # An example may never be an evaluation task, nor one the policy could not propose.
+    checker = tasks_lib.ProposalChecker(
+        grammar, {split: job.suite.splits[split] for split in job.suite.eval_splits})
+    kept = [t for t in texts if checker.check(t).reason in ("", "duplicate")]
+    if len(kept) < len(texts):
+      print(f"proposer examples: dropped {len(texts) - len(kept)} of {len(texts)} "
+            f"({json.dumps({k: v for k, v in checker.counts.items() if v and k != 'accepted'})})",
+            flush=True)
     return [proposer_episode(tasks_lib.ProposerTask(f"proposer-demo-{i}", grammar.prompt), text)
-            for i, text in enumerate(grammar.demonstrations(sources, rng))]
+            for i, text in enumerate(kept)]
 
   def prepare(self, job, state, reference):
     grammar = _grammar(job)
