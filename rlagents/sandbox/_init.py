@@ -198,7 +198,8 @@ def _run_bootstrap(argv):
 
 
 def _supervise(child, wall_seconds):
-  """Reaps until `child` exits; returns its status line (or `timeout`)."""
+  """Reaps until `child` exits; returns its status line: `exit CODE CPU` or `signal NUMBER CPU`
+  (CPU the child's seconds of CPU time), or `timeout`."""
 
   def alarm(signum, frame):
     del signum, frame
@@ -208,16 +209,18 @@ def _supervise(child, wall_seconds):
   signal.setitimer(signal.ITIMER_REAL, wall_seconds)
   try:
     while True:
-      pid, status = os.wait()
+      pid, status, usage = os.wait4(-1, 0)
       if pid == child:
         break
   except _Timeout:
     return "timeout"
   finally:
     signal.setitimer(signal.ITIMER_REAL, 0)
+  # The child's CPU time tells a CPU-limit kill from one by the kernel's out-of-memory killer.
+  cpu = usage.ru_utime + usage.ru_stime
   if os.WIFSIGNALED(status):
-    return f"signal {os.WTERMSIG(status)}"
-  return f"exit {os.WEXITSTATUS(status)}"
+    return f"signal {os.WTERMSIG(status)} {cpu:.3f}"
+  return f"exit {os.WEXITSTATUS(status)} {cpu:.3f}"
 
 
 def _kill_all():

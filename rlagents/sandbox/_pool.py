@@ -277,7 +277,7 @@ class SandboxPool:
         break
       status += chunk
     wall = time.monotonic() - start
-    kind, _, value = status.decode(errors="replace").strip().partition(" ")
+    kind, value, cpu_used = _sandbox._parse_status(status.decode(errors="replace").strip())  # pylint: disable=protected-access
     if kind == "timeout" or not ready:
       violations.append(_sandbox.Violation("timeout", f"over {limits.wall_seconds} s wall clock"))
       code_ = -signal.SIGKILL
@@ -298,7 +298,7 @@ class SandboxPool:
     worker.close_fd("channel_fd")
     report_read = os.dup(worker.report_read)
     return _sandbox._collect(worker.root, worker.work, limits, digests, violations, code_, wall,  # pylint: disable=protected-access
-                             isolation, out_of_memory, True, report_read)
+                             isolation, out_of_memory, True, report_read, cpu_used)
 
   def run_tests(self, solution: str, tests: Mapping[str, str], *,
                 limits: _sandbox.SandboxLimits = _sandbox.SandboxLimits()

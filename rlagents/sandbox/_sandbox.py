@@ -559,20 +559,21 @@ def _run_in(root, code, files, pinned_bytes, digests, limits, rlimits, uid, use_
   with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err, os.fdopen(
       channel_fd, "rb", closefd=True) as _, _stdin_source(root, stdin.encode()) as stdin_file:
     if limits.isolation == "kernel":
-      code_, wall, isolation, out_of_memory = _launch_kernel(
+      code_, wall, isolation, out_of_memory, cpu_used = _launch_kernel(
           root, work, child_argv, env, pinned_bytes, limits, rlimits, uid, extra_fds,
           stdin_file, out, err, violations)
     else:
       code_, wall = _launch_hook(child_argv, env, work, limits, rlimits, uid, use_netns,
                                  extra_fds, stdin_file, out, err, violations)
-      isolation, out_of_memory = "hook", False
+      isolation, out_of_memory, cpu_used = "hook", False, None
   return _collect(root, work, limits, digests, violations, code_, wall, isolation,
-                  out_of_memory, use_netns, report_read)
+                  out_of_memory, use_netns, report_read, cpu_used)
 
 
 def _collect(root, work, limits, digests, violations, code_, wall, isolation, out_of_memory,
-             use_netns, report_read) -> "SandboxResult":
-  """The result of a finished run from what it left in `root` (every process of it is gone)."""
+             use_netns, report_read, cpu_used=None) -> "SandboxResult":
+  """The result of a finished run from what it left in `root` (every process of it is gone);
+  `cpu_used` is the child's CPU seconds where process 1 reported them."""
   stdout_path, stderr_path = os.path.join(root, "stdout"), os.path.join(root, "stderr")
   with open(os.path.join(root, "channel"), "rb") as f:
     channel_bytes = f.read(limits.max_output_bytes)
@@ -590,10 +591,17 @@ def _collect(root, work, limits, digests, violations, code_, wall, isolation, ou
                     for p in (stdout_path, stderr_path))
   if code_ in (97, 98):
     violations.append(Violation("report_channel", "child closed or flooded its report channel"))
+  timed_out = any(v.kind == "timeout" for v in violations)
   if out_of_memory:
     violations.append(Violation("memory", f"over {limits.memory_bytes} bytes of memory (cgroup)"))
-  elif code_ in (-signal.SIGXCPU, -signal.SIGKILL) and not any(
-      v.kind == "timeout" for v in violations):
+  elif (code_ == -signal.SIGKILL and not timed_out and cpu_used is not None
+        and cpu_used < limits.cpu_seconds):
+    # Under the CPU limit, SIGKILL comes from the kernel's out-of-memory killer (or from the
+    # program itself): a killer outside this run's cgroup (the host's or a container's) leaves
+    # no count in it, and on a loaded host it may act before RLIMIT_AS does.
+    violations.append(Violation("memory", f"killed (SIGKILL) after {cpu_used:.2f} s CPU, under "
+                                          "the CPU limit: most likely out of memory"))
+  elif code_ in (-signal.SIGXCPU, -signal.SIGKILL) and not timed_out:
     violations.append(Violation("cpu", f"over {limits.cpu_seconds} s CPU time"))
   # A write past RLIMIT_FSIZE fails with EFBIG ("File too large"), or kills with SIGXFSZ.
   if code_ == -signal.SIGXFSZ or "[Errno 27]" in stderr or any(
@@ -698,7 +706,7 @@ def _launch_kernel(root, work, child_argv, env, pinned_bytes, limits, rlimits, u
     out_of_memory = _cgroup_ran_out_of_memory(cgroups)
   finally:
     _remove_cgroups(cgroups)
-  kind, _, value = status.partition(" ")
+  kind, value, cpu_used = _parse_status(status)
   if kind == "timeout" or host_timeout:
     violations.append(Violation("timeout", f"over {limits.wall_seconds} s wall clock"))
     code_ = -signal.SIGKILL
@@ -713,7 +721,20 @@ def _launch_kernel(root, work, child_argv, env, pinned_bytes, limits, rlimits, u
     raise SandboxUnavailable(f"the kernel sandbox ended without a status (unshare exit "
                              f"{process.returncode}): "
                              + _read_capped(err.name, 2000).strip()[-500:])
-  return code_, wall, _mode_name(seccomp is not None, bool(cgroups)), out_of_memory
+  return code_, wall, _mode_name(seccomp is not None, bool(cgroups)), out_of_memory, cpu_used
+
+
+def _parse_status(status: str) -> tuple[str, str, float | None]:
+  """`(kind, value, cpu_seconds)` from process 1's status line (`_init._supervise`); the CPU
+  seconds are None where the line has none (a timeout or a set-up error)."""
+  kind, _, rest = status.partition(" ")
+  if kind not in ("exit", "signal"):
+    return kind, rest, None
+  value, _, cpu = rest.partition(" ")
+  try:
+    return kind, value, float(cpu)
+  except ValueError:
+    return kind, value, None
 
 
 def _wait_for(process: subprocess.Popen, timeout: float) -> bool:
