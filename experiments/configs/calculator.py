@@ -10,8 +10,9 @@ Variants, picked after the colon:
     --config=experiments/configs/calculator.py:chat_smoke --config.init_from=DIR
         the smoke run in a checkpoint's own chat template (`format='chat'`, docs/models.md);
         DIR from `python -m experiments.chat_checkpoint --out=DIR` (no download)
-    --config=experiments/configs/calculator.py:selfplay        the default job with self-play
-                                                               after SFT (docs/selfplay.md)
+    --config=experiments/configs/calculator.py:selfplay        the default job with 400 steps
+                                                               of self-play after SFT
+                                                               (docs/selfplay.md)
     --config=experiments/configs/calculator.py:selfplay_smoke  minutes; self-play on the smoke
                                                                job (tests)
 
@@ -36,6 +37,12 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
   values = pipeline.config_to_dict(pipeline.AgentJobConfig())
   if variant.startswith("selfplay"):
     values["algorithm"] = "grpo_selfplay"
+  if variant == "selfplay":
+    # Every prompt a proposal, half of the proposer's warm-start examples composed past
+    # training's sizes, 400 steps (docs/selfplay.md): heldout_ood 0.598 on seed 0, against 0.148
+    # with half the prompts proposals, cut examples and 200 steps.
+    values["selfplay"].update(proposed_fraction=1.0, composed_demonstrations=0.5)
+    values["grpo"].update(num_steps=400)
   if variant in ("smoke", "chat_smoke", "selfplay_smoke"):
     # Two-operand problems and short runs: SFT learns the call format in ~200 steps and GRPO
     # raises held-out success within 16 steps, in about a minute on 2 CPU cores.
