@@ -146,11 +146,19 @@ class SelfPlayConfig:
       grammar's `compose` (larger than any training task), so the proposer has seen the
       grammar beyond training's sizes; the rest are the grammar's `demonstrations`. Examples
       that are invalid or belong to an evaluation split are dropped (counted in the log).
+    consolidation_steps: the phase's last `consolidation_steps` steps (of `grpo.num_steps`)
+      use `consolidation_fraction` instead of `proposed_fraction`: after training mostly on its
+      own, harder proposals, the solver trains again on the training distribution; 0 (default)
+      keeps one fraction throughout.
+    consolidation_fraction: share of the prompts that are proposals in those steps, in [0, 1];
+      0 trains the solver on training tasks only (no proposer episodes).
   """
   proposed_fraction: float = 0.5
   learnability: str = "variance"
   proposer_demonstrations: int = 1000
   composed_demonstrations: float = 0.0
+  consolidation_steps: int = 0
+  consolidation_fraction: float = 0.0
 
   def __post_init__(self):
     if not 0 < self.proposed_fraction <= 1:
@@ -166,6 +174,13 @@ class SelfPlayConfig:
     if not 0.0 <= self.composed_demonstrations <= 1.0:
       raise ValueError(f"selfplay.composed_demonstrations must be in [0, 1], got "
                        f"{self.composed_demonstrations}")
+    if (isinstance(self.consolidation_steps, bool)
+        or not isinstance(self.consolidation_steps, int) or self.consolidation_steps < 0):
+      raise ValueError(f"selfplay.consolidation_steps must be an int >= 0, got "
+                       f"{self.consolidation_steps!r}")
+    if not 0.0 <= self.consolidation_fraction <= 1.0:
+      raise ValueError(f"selfplay.consolidation_fraction must be in [0, 1], got "
+                       f"{self.consolidation_fraction}")
 
 
 def _default_model() -> TransformerConfig:

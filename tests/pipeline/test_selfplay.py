@@ -44,6 +44,10 @@ def test_selfplay_variants_build_and_name_the_phase():
     ({"selfplay.proposer_demonstrations": -1}, "selfplay.proposer_demonstrations must be"),
     ({"selfplay.proposer_demonstrations": 0}, "selfplay.proposer_demonstrations > 0"),
     ({"selfplay.composed_demonstrations": 1.5}, "selfplay.composed_demonstrations must be in"),
+    ({"selfplay.consolidation_steps": -1}, "selfplay.consolidation_steps must be an int >= 0"),
+    ({"selfplay.consolidation_fraction": 1.5}, "selfplay.consolidation_fraction must be in"),
+    ({"selfplay.consolidation_steps": 40}, "selfplay.consolidation_steps=40 leaves no "
+                                           "self-play step of grpo.num_steps=40"),
     ({"diversity_weight": 0.1}, "does not support diversity_weight"),
     ({"rollout_mode": "jit"}, "rollout_mode='jit' runs GRPO steps in one program"),
 ])
@@ -51,6 +55,16 @@ def test_bad_settings_are_refused_in_one_line(overrides, message):
   with pytest.raises(pipeline.ConfigError, match=message.replace("(", r"\(")) as error:
     _config(**overrides)
   assert "\n" not in str(error.value)
+
+
+def test_consolidation_steps_change_the_share_of_proposals_at_the_end_only():
+  from rlagents.pipeline.phases import selfplay  # pylint: disable=g-import-not-at-top
+  config = _config(**{"selfplay.proposed_fraction": 1.0, "grpo.num_steps": 40,
+                      "selfplay.consolidation_steps": 3, "selfplay.consolidation_fraction": 0.25})
+  assert [selfplay.num_proposals(config, step) for step in range(40)] == [8] * 37 + [2] * 3
+  assert selfplay.num_proposals(config) == 8
+  plain = _config(**{"selfplay.proposed_fraction": 1.0})
+  assert [selfplay.num_proposals(plain, step) for step in range(40)] == [8] * 40
 
 
 def _proposals(workdir):
@@ -103,8 +117,9 @@ def test_smoke_run_proposals_grow_harder_and_evaluation_tasks_stay_out(tmp_path)
 
 # ---- exact resume ----
 
+# The last 3 steps consolidate on training tasks alone (no proposer episodes), after the stop.
 RESUME = {"sft.num_steps": 30, "grpo.num_steps": 10, "checkpoint_every": 5,
-          "eval.every_steps": 0, "log_every": 4}
+          "eval.every_steps": 0, "log_every": 4, "selfplay.consolidation_steps": 3}
 
 
 def _run_without_final_report(config, workdir):
@@ -172,6 +187,8 @@ def test_stop_mid_phase_and_resume_continues_exactly(tmp_path):
       os.path.join(d, "audit", "episodes.jsonl")) if r["phase"] == "grpo_selfplay"]
              for d in (straight, resumed)}
   assert records[resumed] == records[straight]
+  proposer_steps = sorted({r["step"] for r in _proposals(straight)})
+  assert proposer_steps == [30 + s for s in range(1, 8)]  # none in the 3 consolidation steps
   # The checker's counts (duplicates of proposals made before the stop included) agree.
   assert report["after_sft"]["selfplay"] == straight_report["after_sft"]["selfplay"]
 

@@ -61,9 +61,13 @@ class _Context:
   advantages: object     # jitted (rewards, group_ids, roles) -> advantages
 
 
-def num_proposals(config) -> int:
-  """Proposals the policy writes per step."""
-  return int(round(config.selfplay.proposed_fraction * config.grpo.prompts_per_step))
+def num_proposals(config, step: int | None = None) -> int:
+  """Proposals the policy writes at phase step `step` (0-based; None: outside consolidation)."""
+  settings = config.selfplay
+  fraction = settings.proposed_fraction
+  if step is not None and step >= config.grpo.num_steps - settings.consolidation_steps:
+    fraction = settings.consolidation_fraction
+  return int(round(fraction * config.grpo.prompts_per_step))
 
 
 def _grammar(job) -> tasks_lib.ProposalGrammar:
@@ -93,6 +97,9 @@ class GRPOSelfPlay(_base.Phase):
       return (f"selfplay.proposed_fraction={config.selfplay.proposed_fraction} of "
               f"grpo.prompts_per_step={config.grpo.prompts_per_step} rounds to no proposal per "
               "step; raise either")
+    if 0 < config.grpo.num_steps <= config.selfplay.consolidation_steps:
+      return (f"selfplay.consolidation_steps={config.selfplay.consolidation_steps} leaves no "
+              f"self-play step of grpo.num_steps={config.grpo.num_steps}; lower it")
     if config.diversity_weight:
       return (f"algorithm='grpo_selfplay' does not support diversity_weight="
               f"{config.diversity_weight}")
@@ -143,13 +150,16 @@ class GRPOSelfPlay(_base.Phase):
     grammar, checker = job.suite.proposals, context.checker
     propose_key, solve_key = jax.random.split(key)
 
-    # PROPOSE
+    # PROPOSE (none in consolidation steps with consolidation_fraction 0)
     prompts = [tasks_lib.ProposerTask(f"proposer-{step}-{i}", grammar.prompt)
-               for i in range(num_proposals(config))]
-    proposals = rollout_lib.sample_episodes(
-        job.policy_params(state.params), prompts, sampler=job.sampler, tokenizer=job.tokenizer,
-        toolbox_for=job.suite.toolbox_for, config=config.rollout, key=propose_key, rng=rng)
-    verdicts = [checker.check(episode.answer) for episode in proposals.episodes]
+               for i in range(num_proposals(config, step))]
+    proposals, verdicts = None, []
+    if prompts:
+      proposals = rollout_lib.sample_episodes(
+          job.policy_params(state.params), prompts, sampler=job.sampler,
+          tokenizer=job.tokenizer, toolbox_for=job.suite.toolbox_for, config=config.rollout,
+          key=propose_key, rng=rng)
+      verdicts = [checker.check(episode.answer) for episode in proposals.episodes]
     proposed = [v.task for v in verdicts if v.accepted]
 
     # SOLVE
@@ -163,10 +173,11 @@ class GRPOSelfPlay(_base.Phase):
     # REWARD
     rates = np.zeros(len(verdicts), np.float32)
     rates[[i for i, v in enumerate(verdicts) if v.accepted]] = success[:len(proposed)]
-    accepted = np.array([v.accepted for v in verdicts])
+    accepted = np.array([v.accepted for v in verdicts], bool)
     proposer_rewards = np.asarray(rewards.learnability_reward(
         rates, accepted, kind=config.selfplay.learnability))
-    self._score_proposals(job, proposals.episodes, verdicts, rates, proposer_rewards, step)
+    if prompts:
+      self._score_proposals(job, proposals.episodes, verdicts, rates, proposer_rewards, step)
 
     # UPDATE
     solver_rewards = np.array([e.reward for e in solved.episodes], np.float32)
@@ -175,16 +186,17 @@ class GRPOSelfPlay(_base.Phase):
                              np.full(len(prompts), grpo.prompts_per_step)]).astype(np.int32)
     roles = np.concatenate([np.full(len(solver_rewards), SOLVER),
                             np.full(len(prompts), PROPOSER)]).astype(np.int32)
+    parts = [solved] + ([proposals] if prompts else [])
     batch = {
-        "tokens": np.concatenate([solved.tokens, proposals.tokens]),
-        "loss_mask": np.concatenate([solved.loss_mask, proposals.loss_mask]),
-        "old_logprobs": np.concatenate([solved.logprobs, proposals.logprobs]),
+        "tokens": np.concatenate([p.tokens for p in parts]),
+        "loss_mask": np.concatenate([p.loss_mask for p in parts]),
+        "old_logprobs": np.concatenate([p.logprobs for p in parts]),
         "advantages": np.asarray(context.advantages(all_rewards, groups, roles), np.float32),
     }
     batch = self._pad(job, batch)
     for _ in range(grpo.updates_per_batch):
       state, metrics = context.update(state, context.reference, batch)
-    proposer_tokens = int(proposals.loss_mask.sum())
+    proposer_tokens = int(proposals.loss_mask.sum()) if prompts else 0
     extra = self._metrics(job, checker, verdicts, proposed, success, proposer_rewards,
                           proposer_tokens)
     return _base.StepResult(state, metrics, solved, extra_metrics=extra,
@@ -220,9 +232,10 @@ class GRPOSelfPlay(_base.Phase):
   @staticmethod
   def _metrics(job, checker, verdicts, proposed, success, proposer_rewards, proposer_tokens):
     values = {"selfplay/proposals": float(len(verdicts)),
-              "selfplay/accepted_fraction": float(np.mean([v.accepted for v in verdicts])),
-              "selfplay/proposer_reward": float(np.mean(proposer_rewards)),
               "selfplay/proposer_tokens": float(proposer_tokens)}
+    if verdicts:
+      values["selfplay/accepted_fraction"] = float(np.mean([v.accepted for v in verdicts]))
+      values["selfplay/proposer_reward"] = float(np.mean(proposer_rewards))
     # Cumulative over the phase: how many proposals each check has turned away so far.
     values.update({f"selfplay/rejected_{reason}": float(checker.counts[reason])
                    for reason in tasks_lib.REJECTIONS})
