@@ -45,6 +45,11 @@ class ConfigError(ValueError):
   """A config key that does not exist, or a value that is impossible."""
 
 
+def _is_count(value) -> bool:
+  """Whether `value` is an int >= 0 (a bool is not)."""
+  return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EvalConfig:
   """Evaluation settings.
@@ -85,7 +90,7 @@ class LoraSettings:
   targets: tuple[str, ...] = ("q_proj", "v_proj")
 
   def __post_init__(self):
-    if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 0:
+    if not _is_count(self.rank):
       raise ValueError(f"lora.rank must be an int >= 0 (0: off), got {self.rank!r}")
     if self.rank:
       self.lora_config()  # validates alpha and targets
@@ -167,15 +172,13 @@ class SelfPlayConfig:
     if self.learnability not in LEARNABILITY_KINDS:
       raise ValueError(f"selfplay.learnability must be one of {', '.join(LEARNABILITY_KINDS)}, "
                        f"got {self.learnability!r}")
-    if (isinstance(self.proposer_demonstrations, bool)
-        or not isinstance(self.proposer_demonstrations, int) or self.proposer_demonstrations < 0):
+    if not _is_count(self.proposer_demonstrations):
       raise ValueError(f"selfplay.proposer_demonstrations must be an int >= 0, got "
                        f"{self.proposer_demonstrations!r}")
     if not 0.0 <= self.composed_demonstrations <= 1.0:
       raise ValueError(f"selfplay.composed_demonstrations must be in [0, 1], got "
                        f"{self.composed_demonstrations}")
-    if (isinstance(self.consolidation_steps, bool)
-        or not isinstance(self.consolidation_steps, int) or self.consolidation_steps < 0):
+    if not _is_count(self.consolidation_steps):
       raise ValueError(f"selfplay.consolidation_steps must be an int >= 0, got "
                        f"{self.consolidation_steps!r}")
     if not 0.0 <= self.consolidation_fraction <= 1.0:

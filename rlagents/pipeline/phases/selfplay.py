@@ -5,10 +5,10 @@ Each step, on host rollouts through the suite's guarded tools:
   PROPOSE  the policy, prompted with the suite's proposal grammar (`TaskSuite.proposals`),
            writes `round(selfplay.proposed_fraction * grpo.prompts_per_step)` proposals as its
            answers (`consolidation_fraction` instead in the phase's last
-           `consolidation_steps` steps; no proposals when that rounds to 0). The checker (`tasks.ProposalChecker`) accepts those that are valid,
-           solvable, new in this run and no task of (or reserved for) an evaluation split, and
-           counts the others by reason; the suite's real tool computes each accepted task's
-           answer.
+           `consolidation_steps` steps; no proposals when that rounds to 0). The checker
+           (`tasks.ProposalChecker`) accepts those that are valid, solvable, new in this run
+           and no task of (or reserved for) an evaluation split, and counts the others by
+           reason; the suite's real tool computes each accepted task's answer.
   SOLVE    the accepted tasks, and training tasks filling the step's other prompts, are solved
            by the same policy, `grpo.group_size` episodes each, scored by the suite's
            verifiable reward.
