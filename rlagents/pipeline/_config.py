@@ -7,6 +7,7 @@ from the command line, and `config_from_dict` turns it back, naming any unknown 
 
 import dataclasses
 import difflib
+import math
 import typing
 from typing import Any, Mapping
 
@@ -157,6 +158,11 @@ class SelfPlayConfig:
       keeps one fraction throughout.
     consolidation_fraction: share of the prompts that are proposals in those steps, in [0, 1];
       0 trains the solver on training tasks only (no proposer episodes).
+    proposer_weight: factor on the proposer's advantages (after per-role scaling), > 0. The
+      proposer writes a few dozen tokens a step against the solver's thousands, so under
+      `grpo.aggregation='token_mean'` its share of the update is small and the curriculum moves
+      slowly; a weight above 1 gives the proposer a larger share. 1 (default) leaves the
+      advantages as `losses.role_conditioned_advantages` gives them.
   """
   proposed_fraction: float = 0.5
   learnability: str = "variance"
@@ -164,6 +170,7 @@ class SelfPlayConfig:
   composed_demonstrations: float = 0.0
   consolidation_steps: int = 0
   consolidation_fraction: float = 0.0
+  proposer_weight: float = 1.0
 
   def __post_init__(self):
     if not 0 < self.proposed_fraction <= 1:
@@ -184,6 +191,10 @@ class SelfPlayConfig:
     if not 0.0 <= self.consolidation_fraction <= 1.0:
       raise ValueError(f"selfplay.consolidation_fraction must be in [0, 1], got "
                        f"{self.consolidation_fraction}")
+    if not (isinstance(self.proposer_weight, (int, float)) and self.proposer_weight > 0
+            and math.isfinite(self.proposer_weight)):
+      raise ValueError(f"selfplay.proposer_weight must be a finite number > 0, got "
+                       f"{self.proposer_weight!r}")
 
 
 def _default_model() -> TransformerConfig:

@@ -48,6 +48,8 @@ def test_selfplay_variants_build_and_name_the_phase():
     ({"selfplay.consolidation_fraction": 1.5}, "selfplay.consolidation_fraction must be in"),
     ({"selfplay.consolidation_steps": 40}, "selfplay.consolidation_steps=40 leaves no "
                                            "self-play step of grpo.num_steps=40"),
+    ({"selfplay.proposer_weight": 0.0}, "selfplay.proposer_weight must be a finite number > 0"),
+    ({"selfplay.proposer_weight": -2.0}, "selfplay.proposer_weight must be a finite number > 0"),
     ({"diversity_weight": 0.1}, "does not support diversity_weight"),
     ({"rollout_mode": "jit"}, "rollout_mode='jit' runs GRPO steps in one program"),
 ])
@@ -65,6 +67,27 @@ def test_consolidation_steps_change_the_share_of_proposals_at_the_end_only():
   assert selfplay.num_proposals(config) == 8
   plain = _config(**{"selfplay.proposed_fraction": 1.0})
   assert [selfplay.num_proposals(plain, step) for step in range(40)] == [8] * 40
+
+
+def test_proposer_weight_scales_the_proposers_advantages_only():
+  from rlagents import losses  # pylint: disable=g-import-not-at-top
+  from rlagents.pipeline.phases import selfplay  # pylint: disable=g-import-not-at-top
+  # Solver group 0 (rewards 1, 0) and group 1 (0.5, 0.5); the step's proposals are group 2.
+  rewards = np.array([1.0, 0.0, 0.5, 0.5, 1.0, 0.0, 0.0, 0.0], np.float32)
+  groups = np.array([0, 0, 1, 1, 2, 2, 2, 2], np.int32)
+  roles = np.array([0, 0, 0, 0, 1, 1, 1, 1], np.int32)
+  def fn(r, g, ro):
+    return losses.role_conditioned_advantages(r, g, ro, num_groups=3, epsilon=0.0)
+  # By hand: solver centred (0.5, -0.5, 0, 0), rms over its 4 episodes sqrt(0.125);
+  # proposer centred (0.75, -0.25, -0.25, -0.25), rms sqrt(0.1875).
+  solver = np.array([0.5, -0.5, 0.0, 0.0]) / np.sqrt(0.125)
+  proposer = np.array([0.75, -0.25, -0.25, -0.25]) / np.sqrt(0.1875)
+  np.testing.assert_allclose(
+      selfplay.weighted_advantages(fn, rewards, groups, roles, proposer_weight=1.0),
+      np.concatenate([solver, proposer]), rtol=1e-6)
+  np.testing.assert_allclose(
+      selfplay.weighted_advantages(fn, rewards, groups, roles, proposer_weight=3.0),
+      np.concatenate([solver, 3.0 * proposer]), rtol=1e-6)
 
 
 def _proposals(workdir):

@@ -18,7 +18,7 @@ Each step, on host rollouts through the suite's guarded tools:
   UPDATE   one GRPO update (`grpo.prepare_update`, the `grpo` phase's) on both roles' episodes,
            with role-conditioned advantages (`losses.role_conditioned_advantages`): each
            episode centred on its group (a solver task's group, or the step's proposals),
-           scaled within its role.
+           scaled within its role; the proposer's then times `selfplay.proposer_weight`.
 
 The loop audits the solver episodes, drift-monitors their rewards and logs their success; the
 phase audits every proposer episode (`role: "proposer"`, with the checker's verdict, the task it
@@ -69,6 +69,14 @@ def num_proposals(config, step: int | None = None) -> int:
   if step is not None and step >= config.grpo.num_steps - settings.consolidation_steps:
     fraction = settings.consolidation_fraction
   return int(round(fraction * config.grpo.prompts_per_step))
+
+
+def weighted_advantages(advantages_fn, rewards, groups, roles, *, proposer_weight: float):
+  """`advantages_fn(rewards, groups, roles)` (role-conditioned advantages) as a float32 array,
+  the proposer's entries times `proposer_weight`."""
+  advantages = np.array(advantages_fn(rewards, groups, roles), np.float32)
+  advantages[np.asarray(roles) == PROPOSER] *= proposer_weight
+  return advantages
 
 
 def _grammar(job) -> tasks_lib.ProposalGrammar:
@@ -188,11 +196,13 @@ class GRPOSelfPlay(_base.Phase):
     roles = np.concatenate([np.full(len(solver_rewards), SOLVER),
                             np.full(len(prompts), PROPOSER)]).astype(np.int32)
     parts = [solved] + ([proposals] if prompts else [])
+    advantages = weighted_advantages(context.advantages, all_rewards, groups, roles,
+                                     proposer_weight=config.selfplay.proposer_weight)
     batch = {
         "tokens": np.concatenate([p.tokens for p in parts]),
         "loss_mask": np.concatenate([p.loss_mask for p in parts]),
         "old_logprobs": np.concatenate([p.logprobs for p in parts]),
-        "advantages": np.asarray(context.advantages(all_rewards, groups, roles), np.float32),
+        "advantages": advantages,
     }
     batch = self._pad(job, batch)
     for _ in range(grpo.updates_per_batch):
