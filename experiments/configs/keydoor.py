@@ -36,6 +36,13 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
                            batch_size=32)
   values["sft"].update(num_demonstrations=4000)
   values["eval"].update(curve_tasks=128)
+  if variant == "default":
+    # The simulator's first fit for grpo_dyna (docs/world_models.md): 4,500 updates (about 4.7
+    # epochs of the 4,000 demonstrations' ~61k transitions), the transitions that change what
+    # reward or success read drawn 4x as often: on held-out 7x6 worlds it predicts the next
+    # observation exactly on 0.998 of real transitions, the reward's effect on 0.998 and the
+    # goal on 1.000 (1,500 updates: 0.949 / 0.992 / 0.957).
+    values["imagination"].update(fit_steps=4500, event_weight=4.0)
   if variant == "smoke":
     values["keydoor"].update(width=6, height=4, ood_width=7, ood_height=5, min_calls=4,
                              max_calls=9, num_train=200, num_heldout=16, num_heldout_ood=16,
