@@ -163,6 +163,14 @@ class SelfPlayConfig:
       `grpo.aggregation='token_mean'` its share of the update is small and the curriculum moves
       slowly; a weight above 1 gives the proposer a larger share. 1 (default) leaves the
       advantages as `losses.role_conditioned_advantages` gives them.
+    replay_fraction: share of each step's prompts given to proposals replayed from the
+      frontier (accepted proposals whose last solver group succeeded sometimes, 0 < p < 1),
+      drawn with probability proportional to their learnability; the proposer writes that many
+      fewer proposals. Each replay updates the task's learnability; one solved always or never
+      leaves the frontier. The frontier keeps training the solver on the edge of its ability in
+      steps where the proposer writes easy problems. 0 (default) replays nothing.
+    replay_capacity: most proposals the frontier holds (the lowest learnability, then the
+      oldest, leave first).
   """
   proposed_fraction: float = 0.5
   learnability: str = "variance"
@@ -171,6 +179,8 @@ class SelfPlayConfig:
   consolidation_steps: int = 0
   consolidation_fraction: float = 0.0
   proposer_weight: float = 1.0
+  replay_fraction: float = 0.0
+  replay_capacity: int = 256
 
   def __post_init__(self):
     if not 0 < self.proposed_fraction <= 1:
@@ -195,6 +205,11 @@ class SelfPlayConfig:
             and math.isfinite(self.proposer_weight)):
       raise ValueError(f"selfplay.proposer_weight must be a finite number > 0, got "
                        f"{self.proposer_weight!r}")
+    if not 0.0 <= self.replay_fraction < 1.0:
+      raise ValueError(f"selfplay.replay_fraction must be in [0, 1), got {self.replay_fraction}")
+    if not (_is_count(self.replay_capacity) and self.replay_capacity > 0):
+      raise ValueError(f"selfplay.replay_capacity must be an int >= 1, got "
+                       f"{self.replay_capacity!r}")
 
 
 def _default_model() -> TransformerConfig:

@@ -2,8 +2,9 @@
 grow harder, and an exact resume mid-phase.
 
 The smoke run is `calculator.py:selfplay_smoke` (clean demonstrator, two-operand training
-problems, 40 self-play steps of 8 proposals); the resume test shortens SFT to 30 steps and
-self-play to 10 steps with a checkpoint every 5 (exactness does not need a good policy).
+problems, 40 self-play steps of 8 proposals); the resume test shortens SFT to 120 steps (enough
+for the solver to solve some proposals sometimes, so the frontier of replayed proposals fills)
+and self-play to 10 steps with a checkpoint every 5 (exactness does not need a good policy).
 """
 
 import os
@@ -50,6 +51,10 @@ def test_selfplay_variants_build_and_name_the_phase():
                                            "self-play step of grpo.num_steps=40"),
     ({"selfplay.proposer_weight": 0.0}, "selfplay.proposer_weight must be a finite number > 0"),
     ({"selfplay.proposer_weight": -2.0}, "selfplay.proposer_weight must be a finite number > 0"),
+    ({"selfplay.replay_fraction": 1.0}, "selfplay.replay_fraction must be in"),
+    ({"selfplay.replay_capacity": 0}, "selfplay.replay_capacity must be an int >= 1"),
+    ({"selfplay.replay_fraction": 0.95}, "selfplay.replay_fraction=0.95 of "
+                                         "grpo.prompts_per_step=8 leaves no prompt"),
     ({"diversity_weight": 0.1}, "does not support diversity_weight"),
     ({"rollout_mode": "jit"}, "rollout_mode='jit' runs GRPO steps in one program"),
 ])
@@ -88,6 +93,43 @@ def test_proposer_weight_scales_the_proposers_advantages_only():
   np.testing.assert_allclose(
       selfplay.weighted_advantages(fn, rewards, groups, roles, proposer_weight=3.0),
       np.concatenate([solver, 3.0 * proposer]), rtol=1e-6)
+
+
+def test_replayed_prompts_come_out_of_the_proposals():
+  from rlagents.pipeline.phases import selfplay  # pylint: disable=g-import-not-at-top
+  config = _config(**{"selfplay.proposed_fraction": 1.0, "selfplay.replay_fraction": 0.25,
+                      "grpo.num_steps": 40, "selfplay.consolidation_steps": 3,
+                      "selfplay.consolidation_fraction": 0.5})
+  assert selfplay.num_replays(config) == 2
+  assert selfplay.num_proposals(config, 0, replayed=2) == 6   # 8 prompts: 6 written, 2 replayed
+  assert selfplay.num_proposals(config, 0, replayed=0) == 8   # an empty frontier replays none
+  assert selfplay.num_proposals(config, 39, replayed=2) == 4  # consolidation: 4 of 8 anyway
+
+
+def test_frontier_keeps_partly_solved_proposals_and_replays_by_learnability():
+  from rlagents.pipeline.phases import selfplay  # pylint: disable=g-import-not-at-top
+  frontier = selfplay.Frontier(capacity=3)
+  frontier.update(["1+1", "2*3", "9-4", "7+7"], [1.0, 0.5, 0.0, 0.25], step=0)
+  # Solved always (1+1) or never (9-4): not at the frontier. Scores are 4p(1-p).
+  assert frontier.entries == {"2*3": (1.0, 0), "7+7": (0.75, 0)}
+  frontier.update(["2*3", "5+6", "8*8"], [1.0, 0.5, 0.125], step=1)
+  assert set(frontier.entries) == {"7+7", "5+6", "8*8"}   # 2*3 now always solved: it leaves
+  frontier.update(["4-1"], [0.5], step=2)                 # over capacity: 8*8 (0.4375) leaves
+  assert set(frontier.entries) == {"7+7", "5+6", "4-1"}
+  # Draws are distinct, as many as asked or held, in proportion to the score.
+  rng = np.random.default_rng(0)
+  assert sorted(frontier.sample(rng, 5)) == ["4-1", "5+6", "7+7"]
+  counts = {t: 0 for t in frontier.entries}
+  for _ in range(4000):
+    counts[frontier.sample(rng, 1)[0]] += 1
+  np.testing.assert_allclose([counts["7+7"] / 4000, counts["5+6"] / 4000],
+                             [0.75 / 2.75, 1.0 / 2.75], atol=0.03)
+  # Its state restores it exactly.
+  restored = selfplay.Frontier(capacity=3)
+  restored.load(frontier.state())
+  assert restored.entries == frontier.entries
+  assert restored.sample(np.random.default_rng(7), 2) == frontier.sample(
+      np.random.default_rng(7), 2)
 
 
 def _proposals(workdir):
@@ -140,9 +182,11 @@ def test_smoke_run_proposals_grow_harder_and_evaluation_tasks_stay_out(tmp_path)
 
 # ---- exact resume ----
 
-# The last 3 steps consolidate on training tasks alone (no proposer episodes), after the stop.
-RESUME = {"sft.num_steps": 30, "grpo.num_steps": 10, "checkpoint_every": 5,
-          "eval.every_steps": 0, "log_every": 4, "selfplay.consolidation_steps": 3}
+# The last 3 steps consolidate on training tasks alone (no proposer episodes), after the stop;
+# a quarter of the prompts replay frontier proposals (the frontier travels with the checkpoint).
+RESUME = {"sft.num_steps": 120, "grpo.num_steps": 10, "checkpoint_every": 5,
+          "eval.every_steps": 0, "log_every": 4, "selfplay.consolidation_steps": 3,
+          "selfplay.replay_fraction": 0.25}
 
 
 def _run_without_final_report(config, workdir):
@@ -164,7 +208,7 @@ def _params(workdir, step=10):
     return ckpt.restore(step)[0]["params"]
 
 
-@pytest.mark.slow  # SFT 30 steps, then 10 self-play steps three times: minutes on 2 cores.
+@pytest.mark.slow  # SFT 120 steps, then 10 self-play steps three times: minutes on 2 cores.
 def test_stop_mid_phase_and_resume_continues_exactly(tmp_path):
   config = _config(**RESUME)
   sft_dir = str(tmp_path / "sft")
@@ -196,8 +240,9 @@ def test_stop_mid_phase_and_resume_continues_exactly(tmp_path):
     metadata = ckpt.restore(5)[1]
   seen_at_5 = set(metadata["selfplay_checker"]["seen"])
   assert seen_at_5  # the checker's memory of proposals travels with the checkpoint
+  assert metadata["selfplay_frontier"]["entries"]  # and the frontier to replay from
   report = _run_without_final_report(config, resumed)
-  assert report["resumed_from_step"] == 30 + 5
+  assert report["resumed_from_step"] == 120 + 5
   jax.tree.map(np.testing.assert_array_equal, _params(straight), _params(resumed))
   rows = {}
   for d in (straight, resumed):
@@ -211,7 +256,10 @@ def test_stop_mid_phase_and_resume_continues_exactly(tmp_path):
              for d in (straight, resumed)}
   assert records[resumed] == records[straight]
   proposer_steps = sorted({r["step"] for r in _proposals(straight)})
-  assert proposer_steps == [30 + s for s in range(1, 8)]  # none in the 3 consolidation steps
+  assert proposer_steps == [120 + s for s in range(1, 8)]  # none in the 3 consolidation steps
+  replays = [r["value"] for r in read_csv(os.path.join(straight, "metrics.csv"))
+             if r["name"] == "selfplay/replayed"]
+  assert replays and max(replays) == 2  # 2 of the 8 prompts, once the frontier held some
   # The checker's counts (duplicates of proposals made before the stop included) agree.
   assert report["after_sft"]["selfplay"] == straight_report["after_sft"]["selfplay"]
 

@@ -9,9 +9,13 @@ Each step, on host rollouts through the suite's guarded tools:
            (`tasks.ProposalChecker`) accepts those that are valid, solvable, new in this run
            and no task of (or reserved for) an evaluation split, and counts the others by
            reason; the suite's real tool computes each accepted task's answer.
-  SOLVE    the accepted tasks, and training tasks filling the step's other prompts, are solved
-           by the same policy, `grpo.group_size` episodes each, scored by the suite's
-           verifiable reward.
+  REPLAY   with `selfplay.replay_fraction`, that share of the prompts goes to proposals drawn
+           from the frontier (`Frontier`: accepted proposals the solver solved sometimes, by
+           their learnability), and the policy writes that many fewer proposals.
+  SOLVE    the accepted and replayed tasks, and training tasks filling the step's other
+           prompts, are solved by the same policy, `grpo.group_size` episodes each, scored by
+           the suite's verifiable reward; the frontier takes in the accepted and replayed
+           tasks' new success rates.
   REWARD   a proposal earns its learnability for the solver (`rewards.learnability_reward` of
            its group's success rate: highest when the solver succeeds half the time), 0 when it
            was rejected.
@@ -60,15 +64,71 @@ class _Context:
   reference: object
   checker: tasks_lib.ProposalChecker
   advantages: object     # jitted (rewards, group_ids, roles) -> advantages
+  frontier: "Frontier"
 
 
-def num_proposals(config, step: int | None = None) -> int:
-  """Proposals the policy writes at phase step `step` (0-based; None: outside consolidation)."""
+def num_replays(config) -> int:
+  """Prompts a step gives to frontier proposals (when the frontier holds that many)."""
+  return int(round(config.selfplay.replay_fraction * config.grpo.prompts_per_step))
+
+
+def num_proposals(config, step: int | None = None, replayed: int = 0) -> int:
+  """Proposals the policy writes at phase step `step` (0-based; None: outside consolidation)
+  when `replayed` of the step's prompts go to frontier proposals."""
   settings = config.selfplay
   fraction = settings.proposed_fraction
   if step is not None and step >= config.grpo.num_steps - settings.consolidation_steps:
     fraction = settings.consolidation_fraction
-  return int(round(fraction * config.grpo.prompts_per_step))
+  return min(int(round(fraction * config.grpo.prompts_per_step)),
+             config.grpo.prompts_per_step - replayed)
+
+
+class Frontier:
+  """Accepted proposals the solver solved sometimes, to replay by their learnability.
+
+  `update(texts, rates)` records each proposal's latest solver success rate p: one with
+  0 < p < 1 is (re)scored with its learnability, one with p = 0 or 1 leaves. `sample` draws
+  distinct proposals with probability proportional to their score (prioritised level
+  replay over the policy's own proposals). Beyond `capacity` the lowest score, then the
+  oldest, leaves first.
+  """
+
+  def __init__(self, capacity: int, kind: str = "variance"):
+    self.capacity, self.kind = capacity, kind
+    self.entries: dict[str, tuple[float, int]] = {}   # proposal text -> (score, step)
+
+  def __len__(self):
+    return len(self.entries)
+
+  def update(self, texts, rates, step: int) -> None:
+    rates = np.asarray(rates, np.float32)
+    if not len(texts):
+      return
+    scores = np.asarray(rewards.learnability_reward(rates, np.ones(len(texts), bool),
+                                                    kind=self.kind))
+    for text, rate, score in zip(texts, rates, scores):
+      if 0.0 < rate < 1.0:
+        self.entries[text] = (float(score), int(step))
+      else:
+        self.entries.pop(text, None)
+    if len(self.entries) > self.capacity:
+      keep = sorted(self.entries.items(), key=lambda kv: (kv[1][0], kv[1][1]), reverse=True)
+      self.entries = dict(keep[:self.capacity])
+
+  def sample(self, rng: np.random.Generator, count: int) -> list[str]:
+    texts = sorted(self.entries)
+    count = min(count, len(texts))
+    if not count:
+      return []
+    scores = np.array([self.entries[t][0] for t in texts], np.float64)
+    chosen = rng.choice(len(texts), count, replace=False, p=scores / scores.sum())
+    return [texts[i] for i in chosen]
+
+  def state(self) -> dict:
+    return {"entries": [[t, score, step] for t, (score, step) in sorted(self.entries.items())]}
+
+  def load(self, state) -> None:
+    self.entries = {t: (float(score), int(step)) for t, score, step in state["entries"]}
 
 
 def weighted_advantages(advantages_fn, rewards, groups, roles, *, proposer_weight: float):
@@ -106,6 +166,10 @@ class GRPOSelfPlay(_base.Phase):
       return (f"selfplay.proposed_fraction={config.selfplay.proposed_fraction} of "
               f"grpo.prompts_per_step={config.grpo.prompts_per_step} rounds to no proposal per "
               "step; raise either")
+    if num_replays(config) >= config.grpo.prompts_per_step:
+      return (f"selfplay.replay_fraction={config.selfplay.replay_fraction} of "
+              f"grpo.prompts_per_step={config.grpo.prompts_per_step} leaves no prompt for a "
+              "proposal; lower it")
     if 0 < config.grpo.num_steps <= config.selfplay.consolidation_steps:
       return (f"selfplay.consolidation_steps={config.selfplay.consolidation_steps} leaves no "
               f"self-play step of grpo.num_steps={config.grpo.num_steps}; lower it")
@@ -152,16 +216,21 @@ class GRPOSelfPlay(_base.Phase):
     advantages = jax.jit(functools.partial(
         losses.role_conditioned_advantages, num_groups=job.config.grpo.prompts_per_step + 1,
         num_roles=2, epsilon=job.config.grpo.advantage_epsilon))
-    return _Context(update, reference, checker, advantages)
+    frontier = Frontier(job.config.selfplay.replay_capacity, job.config.selfplay.learnability)
+    return _Context(update, reference, checker, advantages, frontier)
 
   def step(self, job, context, state, *, step, key, rng):
     config, grpo = job.config, job.config.grpo
     grammar, checker = job.suite.proposals, context.checker
     propose_key, solve_key = jax.random.split(key)
 
+    # REPLAY frontier proposals (none while the frontier is empty or replay_fraction is 0)
+    replayed_texts = context.frontier.sample(rng, num_replays(config))
+    replayed = [grammar.to_task(text) for text in replayed_texts]
+
     # PROPOSE (none in consolidation steps with consolidation_fraction 0)
     prompts = [tasks_lib.ProposerTask(f"proposer-{step}-{i}", grammar.prompt)
-               for i in range(num_proposals(config, step))]
+               for i in range(num_proposals(config, step, len(replayed)))]
     proposals, verdicts = None, []
     if prompts:
       proposals = rollout_lib.sample_episodes(
@@ -172,7 +241,8 @@ class GRPOSelfPlay(_base.Phase):
     proposed = [v.task for v in verdicts if v.accepted]
 
     # SOLVE
-    solver_tasks = proposed + self.draw_tasks(job, rng, grpo.prompts_per_step - len(proposed))
+    solver_tasks = proposed + replayed + self.draw_tasks(
+        job, rng, grpo.prompts_per_step - len(proposed) - len(replayed))
     group_tasks = [task for task in solver_tasks for _ in range(grpo.group_size)]
     solved = job.train_episodes(state.params, group_tasks, key=solve_key, rng=rng,
                                 group_size=grpo.group_size)
@@ -183,6 +253,11 @@ class GRPOSelfPlay(_base.Phase):
     rates = np.zeros(len(verdicts), np.float32)
     rates[[i for i, v in enumerate(verdicts) if v.accepted]] = success[:len(proposed)]
     accepted = np.array([v.accepted for v in verdicts], bool)
+    if config.selfplay.replay_fraction:
+      context.frontier.update(
+          [e.answer.strip() for e, v in zip(proposals.episodes if prompts else [], verdicts)
+           if v.accepted]
+          + replayed_texts, success[:len(proposed) + len(replayed)], step)
     proposer_rewards = np.asarray(rewards.learnability_reward(
         rates, accepted, kind=config.selfplay.learnability))
     if prompts:
@@ -209,7 +284,9 @@ class GRPOSelfPlay(_base.Phase):
       state, metrics = context.update(state, context.reference, batch)
     proposer_tokens = int(proposals.loss_mask.sum()) if prompts else 0
     extra = self._metrics(job, checker, verdicts, proposed, success, proposer_rewards,
-                          proposer_tokens)
+                          proposer_tokens, len(replayed))
+    if config.selfplay.replay_fraction:
+      extra["selfplay/frontier_size"] = float(len(context.frontier))
     return _base.StepResult(state, metrics, solved, extra_metrics=extra,
                             extra_sampled_tokens=proposer_tokens)
 
@@ -241,7 +318,8 @@ class GRPOSelfPlay(_base.Phase):
             for k, v in batch.items()}
 
   @staticmethod
-  def _metrics(job, checker, verdicts, proposed, success, proposer_rewards, proposer_tokens):
+  def _metrics(job, checker, verdicts, proposed, success, proposer_rewards, proposer_tokens,
+               replayed=0):
     values = {"selfplay/proposals": float(len(verdicts)),
               "selfplay/proposer_tokens": float(proposer_tokens)}
     if verdicts:
@@ -250,8 +328,12 @@ class GRPOSelfPlay(_base.Phase):
     # Cumulative over the phase: how many proposals each check has turned away so far.
     values.update({f"selfplay/rejected_{reason}": float(checker.counts[reason])
                    for reason in tasks_lib.REJECTIONS})
-    if len(proposed) < len(success):
-      values["selfplay/train_task_success"] = float(np.mean(success[len(proposed):]))
+    if len(proposed) + replayed < len(success):
+      values["selfplay/train_task_success"] = float(np.mean(success[len(proposed) + replayed:]))
+    if replayed:
+      values["selfplay/replayed"] = float(replayed)
+      values["selfplay/replayed_success"] = float(
+          np.mean(success[len(proposed):len(proposed) + replayed]))
     if proposed:
       values["selfplay/proposed_success"] = float(np.mean(success[:len(proposed)]))
       figures = [job.suite.proposals.difficulty(task) for task in proposed]
@@ -260,11 +342,14 @@ class GRPOSelfPlay(_base.Phase):
     return values
 
   def checkpoint_metadata(self, context):
-    return {"selfplay_checker": context.checker.state()}
+    return {"selfplay_checker": context.checker.state(),
+            "selfplay_frontier": context.frontier.state()}
 
   def restore(self, context, metadata):
     if "selfplay_checker" in metadata:
       context.checker.load(metadata["selfplay_checker"])
+    if "selfplay_frontier" in metadata:
+      context.frontier.load(metadata["selfplay_frontier"])
 
   def extra_curve_splits(self, job):
     return ("heldout_ood",) if "heldout_ood" in job.suite.eval_splits else ()
