@@ -145,6 +145,9 @@ class SelfPlayConfig:
       policy's own proposals (in (0, 1]); a rejected proposal's prompt goes to a training task.
     learnability: the proposer's reward from its solver group's success rate p
       (`rewards.learnability_reward`): 'variance' is 4p(1-p), 'absolute' is 1-|2p-1|.
+    learnability_peak: the solver success rate the proposer's reward peaks at, in (0, 1);
+      0.5 (default) gives the two kinds above, a lower peak pays most for proposals the
+      solver solves now and then (`rewards.learnability_reward`'s `peak`).
     proposer_demonstrations: proposer episodes added to the SFT demonstrations (proposals
       written from training tasks by the suite's grammar), so the policy can write a task in
       the grammar before self-play starts; 0 adds none.
@@ -174,6 +177,7 @@ class SelfPlayConfig:
   """
   proposed_fraction: float = 0.5
   learnability: str = "variance"
+  learnability_peak: float = 0.5
   proposer_demonstrations: int = 1000
   composed_demonstrations: float = 0.0
   consolidation_steps: int = 0
@@ -189,6 +193,10 @@ class SelfPlayConfig:
     if self.learnability not in LEARNABILITY_KINDS:
       raise ValueError(f"selfplay.learnability must be one of {', '.join(LEARNABILITY_KINDS)}, "
                        f"got {self.learnability!r}")
+    if not (isinstance(self.learnability_peak, (int, float))
+            and 0.0 < self.learnability_peak < 1.0):
+      raise ValueError(f"selfplay.learnability_peak must be a number in (0, 1), got "
+                       f"{self.learnability_peak!r}")
     if not _is_count(self.proposer_demonstrations):
       raise ValueError(f"selfplay.proposer_demonstrations must be an int >= 0, got "
                        f"{self.proposer_demonstrations!r}")

@@ -42,6 +42,8 @@ def test_selfplay_variants_build_and_name_the_phase():
     ({"selfplay.proposed_fraction": 0.01}, "selfplay.proposed_fraction=0.01 of "
                                            "grpo.prompts_per_step=8 rounds to no proposal"),
     ({"selfplay.learnability": "entropy"}, "selfplay.learnability must be one of"),
+    ({"selfplay.learnability_peak": 0.0}, "selfplay.learnability_peak must be a number in"),
+    ({"selfplay.learnability_peak": 1.0}, "selfplay.learnability_peak must be a number in"),
     ({"selfplay.proposer_demonstrations": -1}, "selfplay.proposer_demonstrations must be"),
     ({"selfplay.proposer_demonstrations": 0}, "selfplay.proposer_demonstrations > 0"),
     ({"selfplay.composed_demonstrations": 1.5}, "selfplay.composed_demonstrations must be in"),

@@ -93,8 +93,8 @@ class Frontier:
   oldest, leaves first.
   """
 
-  def __init__(self, capacity: int, kind: str = "variance"):
-    self.capacity, self.kind = capacity, kind
+  def __init__(self, capacity: int, kind: str = "variance", peak: float = 0.5):
+    self.capacity, self.kind, self.peak = capacity, kind, peak
     self.entries: dict[str, tuple[float, int]] = {}   # proposal text -> (score, step)
 
   def __len__(self):
@@ -105,7 +105,7 @@ class Frontier:
     if not len(texts):
       return
     scores = np.asarray(rewards.learnability_reward(rates, np.ones(len(texts), bool),
-                                                    kind=self.kind))
+                                                    kind=self.kind, peak=self.peak))
     for text, rate, score in zip(texts, rates, scores):
       if 0.0 < rate < 1.0:
         self.entries[text] = (float(score), int(step))
@@ -216,7 +216,8 @@ class GRPOSelfPlay(_base.Phase):
     advantages = jax.jit(functools.partial(
         losses.role_conditioned_advantages, num_groups=job.config.grpo.prompts_per_step + 1,
         num_roles=2, epsilon=job.config.grpo.advantage_epsilon))
-    frontier = Frontier(job.config.selfplay.replay_capacity, job.config.selfplay.learnability)
+    frontier = Frontier(job.config.selfplay.replay_capacity, job.config.selfplay.learnability,
+                        job.config.selfplay.learnability_peak)
     return _Context(update, reference, checker, advantages, frontier)
 
   def step(self, job, context, state, *, step, key, rng):
@@ -259,7 +260,8 @@ class GRPOSelfPlay(_base.Phase):
            if v.accepted]
           + replayed_texts, success[:len(proposed) + len(replayed)], step)
     proposer_rewards = np.asarray(rewards.learnability_reward(
-        rates, accepted, kind=config.selfplay.learnability))
+        rates, accepted, kind=config.selfplay.learnability,
+        peak=config.selfplay.learnability_peak))
     if prompts:
       self._score_proposals(job, proposals.episodes, verdicts, rates, proposer_rewards, step)
 
