@@ -172,6 +172,14 @@ class SelfPlayConfig:
       fewer proposals. Each replay updates the task's learnability; one solved always or never
       leaves the frontier. The frontier keeps training the solver on the edge of its ability in
       steps where the proposer writes easy problems. 0 (default) replays nothing.
+    oversample: the policy writes `oversample` times as many proposals as the step has
+      proposal prompts, and the solver gets that many of the accepted ones, drawn with
+      probability proportional to the running learnability of their difficulty bucket (plus a
+      floor; a bucket never solved scores 1); an accepted proposal left out earns its bucket's
+      running learnability as its reward, so the proposer learns from every proposal. 1
+      (default) solves every accepted proposal.
+    select_by: the difficulty figures (names of the suite's `ProposalGrammar.difficulty`) that
+      make a bucket for `oversample`; empty (default) uses all of them.
     replay_capacity: most proposals the frontier holds (the lowest learnability, then the
       oldest, leave first).
   """
@@ -185,6 +193,8 @@ class SelfPlayConfig:
   proposer_weight: float = 1.0
   replay_fraction: float = 0.0
   replay_capacity: int = 256
+  oversample: int = 1
+  select_by: tuple[str, ...] = ()
 
   def __post_init__(self):
     if not 0 < self.proposed_fraction <= 1:
@@ -215,6 +225,12 @@ class SelfPlayConfig:
                        f"{self.proposer_weight!r}")
     if not 0.0 <= self.replay_fraction < 1.0:
       raise ValueError(f"selfplay.replay_fraction must be in [0, 1), got {self.replay_fraction}")
+    if not (_is_count(self.oversample) and self.oversample >= 1):
+      raise ValueError(f"selfplay.oversample must be an int >= 1, got {self.oversample!r}")
+    if not (isinstance(self.select_by, (tuple, list))
+            and all(isinstance(name, str) and name for name in self.select_by)):
+      raise ValueError(f"selfplay.select_by must be a tuple of difficulty names, got "
+                       f"{self.select_by!r}")
     if not (_is_count(self.replay_capacity) and self.replay_capacity > 0):
       raise ValueError(f"selfplay.replay_capacity must be an int >= 1, got "
                        f"{self.replay_capacity!r}")

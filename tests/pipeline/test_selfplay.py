@@ -42,6 +42,7 @@ def test_selfplay_variants_build_and_name_the_phase():
     ({"selfplay.proposed_fraction": 0.01}, "selfplay.proposed_fraction=0.01 of "
                                            "grpo.prompts_per_step=8 rounds to no proposal"),
     ({"selfplay.learnability": "entropy"}, "selfplay.learnability must be one of"),
+    ({"selfplay.oversample": 0}, "selfplay.oversample must be an int >= 1"),
     ({"selfplay.learnability_peak": 0.0}, "selfplay.learnability_peak must be a number in"),
     ({"selfplay.learnability_peak": 1.0}, "selfplay.learnability_peak must be a number in"),
     ({"selfplay.proposer_demonstrations": -1}, "selfplay.proposer_demonstrations must be"),
@@ -132,6 +133,33 @@ def test_frontier_keeps_partly_solved_proposals_and_replays_by_learnability():
   assert restored.entries == frontier.entries
   assert restored.sample(np.random.default_rng(7), 2) == frontier.sample(
       np.random.default_rng(7), 2)
+
+
+def test_difficulty_selector_prefers_learnable_buckets_and_estimates_the_rest():
+  from rlagents.pipeline.phases import selfplay  # pylint: disable=g-import-not-at-top
+  selector = selfplay.DifficultySelector(keys=("operands",), rate=0.5)
+  two, four = (selector.bucket({"operands": n, "length": 9.0}) for n in (2.0, 4.0))
+  assert two != four and selector.bucket({"operands": 2.0, "length": 3.0}) == two
+  with pytest.raises(ValueError, match="select_by names \\['operands'\\]"):
+    selector.bucket({"length": 3.0})
+  assert selector.estimate(four) == 1.0                      # never solved: tried first
+  selector.update([two, two, four], [0.2, 0.6, 0.8])
+  # First value, then a running mean with rate 0.5: 0.2 -> 0.2 + 0.5 * (0.6 - 0.2) = 0.4.
+  assert selector.estimate(two) == pytest.approx(0.4)
+  assert selector.estimate(four) == pytest.approx(0.8)
+  assert selector.buckets[two][1] == 2
+  # Draws are distinct and in proportion to score + floor: 0.45 against 0.85.
+  rng = np.random.default_rng(0)
+  assert sorted(selector.select(rng, [two, four, two], 5)) == [0, 1, 2]
+  picks = [selector.select(rng, [two, four], 1)[0] for _ in range(4000)]
+  assert np.mean(picks) == pytest.approx(0.85 / 1.3, abs=0.03)
+  restored = selfplay.DifficultySelector(keys=("operands",), rate=0.5)
+  restored.load(selector.state())
+  assert restored.buckets == selector.buckets
+  # With no keys, every figure makes the bucket.
+  every = selfplay.DifficultySelector()
+  assert every.bucket({"operands": 2.0, "length": 3.0}) != every.bucket(
+      {"operands": 2.0, "length": 5.0})
 
 
 def _proposals(workdir):

@@ -12,7 +12,11 @@ Each step, on host rollouts through the suite's guarded tools:
   REPLAY   with `selfplay.replay_fraction`, that share of the prompts goes to proposals drawn
            from the frontier (`Frontier`: accepted proposals the solver solved sometimes, by
            their learnability), and the policy writes that many fewer proposals.
-  SOLVE    the accepted and replayed tasks, and training tasks filling the step's other
+  SELECT   with `selfplay.oversample` k > 1 the policy writes k times as many proposals, and
+           the solver gets as many of the accepted ones as there were prompts, drawn by the
+           running learnability of their difficulty bucket (`DifficultySelector`); an accepted
+           proposal left out earns its bucket's running learnability as its reward.
+  SOLVE    the selected and replayed tasks, and training tasks filling the step's other
            prompts, are solved by the same policy, `grpo.group_size` episodes each, scored by
            the suite's verifiable reward; the frontier takes in the accepted and replayed
            tasks' new success rates.
@@ -65,6 +69,7 @@ class _Context:
   checker: tasks_lib.ProposalChecker
   advantages: object     # jitted (rewards, group_ids, roles) -> advantages
   frontier: "Frontier"
+  selector: "DifficultySelector"
 
 
 def num_replays(config) -> int:
@@ -129,6 +134,61 @@ class Frontier:
 
   def load(self, state) -> None:
     self.entries = {t: (float(score), int(step)) for t, score, step in state["entries"]}
+
+
+class DifficultySelector:
+  """Which accepted proposals the solver gets, by how learnable their difficulty has been.
+
+  Proposals fall into buckets by their difficulty figures (`grammar.difficulty`, the names in
+  `keys`, all of them when empty: for the calculator e.g. operands and largest number of
+  digits). Each bucket keeps a running mean of the learnability its solved proposals earned
+  (an exponential mean with rate `rate` per proposal); a bucket never solved scores
+  `UNSEEN_SCORE`, so it is tried. `select` draws proposals without replacement with
+  probability proportional to their bucket's score plus `FLOOR`, so every bucket keeps a
+  chance. `estimate` gives a proposal its bucket's score: the reward of a proposal that was not
+  solved.
+  """
+  UNSEEN_SCORE, FLOOR = 1.0, 0.05
+
+  def __init__(self, keys=(), rate: float = 0.05):
+    self.keys, self.rate = tuple(keys), float(rate)
+    self.buckets: dict[str, list] = {}   # bucket -> [mean learnability, proposals solved]
+
+  def bucket(self, figures) -> str:
+    names = self.keys or tuple(sorted(figures))
+    missing = [name for name in names if name not in figures]
+    if missing:
+      raise ValueError(f"selfplay.select_by names {missing}, which the suite's "
+                       f"ProposalGrammar.difficulty does not give (it gives {sorted(figures)})")
+    return json.dumps([[name, round(float(figures[name]), 6)] for name in names])
+
+  def estimate(self, bucket: str) -> float:
+    entry = self.buckets.get(bucket)
+    return self.UNSEEN_SCORE if entry is None else entry[0]
+
+  def update(self, buckets, learnability) -> None:
+    for bucket, value in zip(buckets, learnability):
+      entry = self.buckets.get(bucket)
+      if entry is None:
+        self.buckets[bucket] = [float(value), 1]
+      else:
+        entry[0] += self.rate * (float(value) - entry[0])
+        entry[1] += 1
+
+  def select(self, rng: np.random.Generator, buckets, count: int) -> list[int]:
+    """Indices of `count` of the proposals (with these buckets) to solve, in draw order."""
+    count = min(count, len(buckets))
+    if not count:
+      return []
+    weights = np.array([self.estimate(b) + self.FLOOR for b in buckets], np.float64)
+    return [int(i) for i in rng.choice(len(buckets), count, replace=False,
+                                       p=weights / weights.sum())]
+
+  def state(self) -> dict:
+    return {"buckets": [[b, v, n] for b, (v, n) in sorted(self.buckets.items())]}
+
+  def load(self, state) -> None:
+    self.buckets = {b: [float(v), int(n)] for b, v, n in state["buckets"]}
 
 
 def weighted_advantages(advantages_fn, rewards, groups, roles, *, proposer_weight: float):
@@ -218,7 +278,8 @@ class GRPOSelfPlay(_base.Phase):
         num_roles=2, epsilon=job.config.grpo.advantage_epsilon))
     frontier = Frontier(job.config.selfplay.replay_capacity, job.config.selfplay.learnability,
                         job.config.selfplay.learnability_peak)
-    return _Context(update, reference, checker, advantages, frontier)
+    selector = DifficultySelector(job.config.selfplay.select_by)
+    return _Context(update, reference, checker, advantages, frontier, selector)
 
   def step(self, job, context, state, *, step, key, rng):
     config, grpo = job.config, job.config.grpo
@@ -230,8 +291,9 @@ class GRPOSelfPlay(_base.Phase):
     replayed = [grammar.to_task(text) for text in replayed_texts]
 
     # PROPOSE (none in consolidation steps with consolidation_fraction 0)
+    slots = num_proposals(config, step, len(replayed))
     prompts = [tasks_lib.ProposerTask(f"proposer-{step}-{i}", grammar.prompt)
-               for i in range(num_proposals(config, step, len(replayed)))]
+               for i in range(slots * config.selfplay.oversample)]
     proposals, verdicts = None, []
     if prompts:
       proposals = rollout_lib.sample_episodes(
@@ -239,7 +301,16 @@ class GRPOSelfPlay(_base.Phase):
           tokenizer=job.tokenizer, toolbox_for=job.suite.toolbox_for, config=config.rollout,
           key=propose_key, rng=rng)
       verdicts = [checker.check(episode.answer) for episode in proposals.episodes]
-    proposed = [v.task for v in verdicts if v.accepted]
+    # SELECT: with oversampling, `slots` of the accepted proposals by their bucket's score
+    accepted_at = [i for i, v in enumerate(verdicts) if v.accepted]
+    buckets = {i: context.selector.bucket(grammar.difficulty(verdicts[i].task))
+               for i in accepted_at} if config.selfplay.oversample > 1 else {}
+    if config.selfplay.oversample > 1:
+      chosen = context.selector.select(rng, [buckets[i] for i in accepted_at], slots)
+      solved_at = [accepted_at[j] for j in chosen]
+    else:
+      solved_at = accepted_at
+    proposed = [verdicts[i].task for i in solved_at]
 
     # SOLVE
     solver_tasks = proposed + replayed + self.draw_tasks(
@@ -252,18 +323,23 @@ class GRPOSelfPlay(_base.Phase):
 
     # REWARD
     rates = np.zeros(len(verdicts), np.float32)
-    rates[[i for i, v in enumerate(verdicts) if v.accepted]] = success[:len(proposed)]
+    rates[solved_at] = success[:len(proposed)]
     accepted = np.array([v.accepted for v in verdicts], bool)
     if config.selfplay.replay_fraction:
       context.frontier.update(
-          [e.answer.strip() for e, v in zip(proposals.episodes if prompts else [], verdicts)
-           if v.accepted]
+          [proposals.episodes[i].answer.strip() for i in solved_at]
           + replayed_texts, success[:len(proposed) + len(replayed)], step)
     proposer_rewards = np.asarray(rewards.learnability_reward(
         rates, accepted, kind=config.selfplay.learnability,
         peak=config.selfplay.learnability_peak))
+    unsolved = sorted(set(accepted_at) - set(solved_at))
+    if buckets:
+      context.selector.update([buckets[i] for i in solved_at], proposer_rewards[solved_at])
+      # An accepted proposal the solver did not get earns its bucket's running learnability.
+      proposer_rewards[unsolved] = [context.selector.estimate(buckets[i]) for i in unsolved]
     if prompts:
-      self._score_proposals(job, proposals.episodes, verdicts, rates, proposer_rewards, step)
+      self._score_proposals(job, proposals.episodes, verdicts, rates, proposer_rewards, step,
+                            unsolved=set(unsolved))
 
     # UPDATE
     solver_rewards = np.array([e.reward for e in solved.episodes], np.float32)
@@ -287,19 +363,28 @@ class GRPOSelfPlay(_base.Phase):
     proposer_tokens = int(proposals.loss_mask.sum()) if prompts else 0
     extra = self._metrics(job, checker, verdicts, proposed, success, proposer_rewards,
                           proposer_tokens, len(replayed))
+    if config.selfplay.oversample > 1:
+      extra["selfplay/unsolved_accepted"] = float(len(unsolved))
     if config.selfplay.replay_fraction:
       extra["selfplay/frontier_size"] = float(len(context.frontier))
     return _base.StepResult(state, metrics, solved, extra_metrics=extra,
                             extra_sampled_tokens=proposer_tokens)
 
-  def _score_proposals(self, job, episodes, verdicts, rates, proposer_rewards, step):
-    """Sets each proposer episode's reward and terms, and writes it to the audit log."""
+  def _score_proposals(self, job, episodes, verdicts, rates, proposer_rewards, step,
+                       unsolved=frozenset()):
+    """Sets each proposer episode's reward and terms, and writes it to the audit log (an
+    accepted proposal the solver did not get has verdict 'unselected', no solver success, and
+    its bucket's estimate as learnability)."""
     grammar = job.suite.proposals
-    for episode, verdict, rate, reward in zip(episodes, verdicts, rates, proposer_rewards):
+    for i, (episode, verdict, rate, reward) in enumerate(
+        zip(episodes, verdicts, rates, proposer_rewards)):
       episode.reward = float(reward)
       episode.reward_terms = {"accepted": float(verdict.accepted),
                               "solver_success": float(rate), "learnability": float(reward)}
       fields = {"verdict": verdict.reason or "accepted"}
+      if i in unsolved:
+        fields["verdict"] = "unselected"
+        del episode.reward_terms["solver_success"]
       if verdict.accepted:
         episode.reward_terms.update(grammar.difficulty(verdict.task))
         fields["proposed_task_id"] = verdict.task.task_id
@@ -345,13 +430,16 @@ class GRPOSelfPlay(_base.Phase):
 
   def checkpoint_metadata(self, context):
     return {"selfplay_checker": context.checker.state(),
-            "selfplay_frontier": context.frontier.state()}
+            "selfplay_frontier": context.frontier.state(),
+            "selfplay_selector": context.selector.state()}
 
   def restore(self, context, metadata):
     if "selfplay_checker" in metadata:
       context.checker.load(metadata["selfplay_checker"])
     if "selfplay_frontier" in metadata:
       context.frontier.load(metadata["selfplay_frontier"])
+    if "selfplay_selector" in metadata:
+      context.selector.load(metadata["selfplay_selector"])
 
   def extra_curve_splits(self, job):
     return ("heldout_ood",) if "heldout_ood" in job.suite.eval_splits else ()
