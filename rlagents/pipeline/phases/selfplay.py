@@ -329,7 +329,7 @@ class GRPOSelfPlay(_base.Phase):
       context.frontier.update(
           [proposals.episodes[i].answer.strip() for i in solved_at]
           + replayed_texts, success[:len(proposed) + len(replayed)], step)
-    proposer_rewards = np.asarray(rewards.learnability_reward(
+    proposer_rewards = np.array(rewards.learnability_reward(
         rates, accepted, kind=config.selfplay.learnability,
         peak=config.selfplay.learnability_peak))
     unsolved = sorted(set(accepted_at) - set(solved_at))
