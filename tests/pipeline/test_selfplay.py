@@ -216,7 +216,7 @@ def test_smoke_run_proposals_grow_harder_and_evaluation_tasks_stay_out(tmp_path)
 # a quarter of the prompts replay frontier proposals (the frontier travels with the checkpoint).
 RESUME = {"sft.num_steps": 120, "grpo.num_steps": 10, "checkpoint_every": 5,
           "eval.every_steps": 0, "log_every": 4, "selfplay.consolidation_steps": 3,
-          "selfplay.replay_fraction": 0.25}
+          "selfplay.replay_fraction": 0.25, "selfplay.oversample": 2}
 
 
 def _run_without_final_report(config, workdir):
@@ -271,6 +271,7 @@ def test_stop_mid_phase_and_resume_continues_exactly(tmp_path):
   seen_at_5 = set(metadata["selfplay_checker"]["seen"])
   assert seen_at_5  # the checker's memory of proposals travels with the checkpoint
   assert metadata["selfplay_frontier"]["entries"]  # and the frontier to replay from
+  assert metadata["selfplay_selector"]["buckets"]  # and the difficulty buckets' scores
   report = _run_without_final_report(config, resumed)
   assert report["resumed_from_step"] == 120 + 5
   jax.tree.map(np.testing.assert_array_equal, _params(straight), _params(resumed))
@@ -290,6 +291,8 @@ def test_stop_mid_phase_and_resume_continues_exactly(tmp_path):
   replays = [r["value"] for r in read_csv(os.path.join(straight, "metrics.csv"))
              if r["name"] == "selfplay/replayed"]
   assert replays and max(replays) == 2  # 2 of the 8 prompts, once the frontier held some
+  # Twice the proposals were written; accepted ones beyond the prompts were not solved.
+  assert any(r["verdict"] == "unselected" for r in _proposals(straight))
   # The checker's counts (duplicates of proposals made before the stop included) agree.
   assert report["after_sft"]["selfplay"] == straight_report["after_sft"]["selfplay"]
 
