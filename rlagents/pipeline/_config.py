@@ -155,6 +155,10 @@ class SelfPlayConfig:
       grammar's `compose` (larger than any training task), so the proposer has seen the
       grammar beyond training's sizes; the rest are the grammar's `demonstrations`. Examples
       that are invalid or belong to an evaluation split are dropped (counted in the log).
+    warmup_steps: the phase's first `warmup_steps` steps train the solver on training tasks
+      only (no proposals): the proposer starts once the solver has learned the training
+      distribution, so that problems of the training size no longer pay the most
+      learnability. 0 (default) proposes from the first step.
     consolidation_steps: the phase's last `consolidation_steps` steps (of `grpo.num_steps`)
       use `consolidation_fraction` instead of `proposed_fraction`: after training mostly on its
       own, harder proposals, the solver trains again on the training distribution; 0 (default)
@@ -188,6 +192,7 @@ class SelfPlayConfig:
   learnability_peak: float = 0.5
   proposer_demonstrations: int = 1000
   composed_demonstrations: float = 0.0
+  warmup_steps: int = 0
   consolidation_steps: int = 0
   consolidation_fraction: float = 0.0
   proposer_weight: float = 1.0
@@ -213,6 +218,8 @@ class SelfPlayConfig:
     if not 0.0 <= self.composed_demonstrations <= 1.0:
       raise ValueError(f"selfplay.composed_demonstrations must be in [0, 1], got "
                        f"{self.composed_demonstrations}")
+    if not _is_count(self.warmup_steps):
+      raise ValueError(f"selfplay.warmup_steps must be an int >= 0, got {self.warmup_steps!r}")
     if not _is_count(self.consolidation_steps):
       raise ValueError(f"selfplay.consolidation_steps must be an int >= 0, got "
                        f"{self.consolidation_steps!r}")

@@ -50,8 +50,11 @@ def test_selfplay_variants_build_and_name_the_phase():
     ({"selfplay.composed_demonstrations": 1.5}, "selfplay.composed_demonstrations must be in"),
     ({"selfplay.consolidation_steps": -1}, "selfplay.consolidation_steps must be an int >= 0"),
     ({"selfplay.consolidation_fraction": 1.5}, "selfplay.consolidation_fraction must be in"),
-    ({"selfplay.consolidation_steps": 40}, "selfplay.consolidation_steps=40 leaves no "
+    ({"selfplay.consolidation_steps": 40}, "selfplay.consolidation_steps=40 leave no "
                                            "self-play step of grpo.num_steps=40"),
+    ({"selfplay.warmup_steps": -1}, "selfplay.warmup_steps must be an int >= 0"),
+    ({"selfplay.warmup_steps": 30, "selfplay.consolidation_steps": 10},
+     "selfplay.warmup_steps=30 and selfplay.consolidation_steps=10 leave no self-play step"),
     ({"selfplay.proposer_weight": 0.0}, "selfplay.proposer_weight must be a finite number > 0"),
     ({"selfplay.proposer_weight": -2.0}, "selfplay.proposer_weight must be a finite number > 0"),
     ({"selfplay.replay_fraction": 1.0}, "selfplay.replay_fraction must be in"),
@@ -107,6 +110,16 @@ def test_replayed_prompts_come_out_of_the_proposals():
   assert selfplay.num_proposals(config, 0, replayed=2) == 6   # 8 prompts: 6 written, 2 replayed
   assert selfplay.num_proposals(config, 0, replayed=0) == 8   # an empty frontier replays none
   assert selfplay.num_proposals(config, 39, replayed=2) == 4  # consolidation: 4 of 8 anyway
+
+
+def test_warmup_steps_train_on_training_tasks_only():
+  from rlagents.pipeline.phases import selfplay  # pylint: disable=g-import-not-at-top
+  config = _config(**{"selfplay.proposed_fraction": 1.0, "grpo.num_steps": 40,
+                      "selfplay.warmup_steps": 5, "selfplay.consolidation_steps": 3,
+                      "selfplay.consolidation_fraction": 0.5})
+  assert [selfplay.num_proposals(config, step) for step in (0, 4, 5, 36, 37, 39)] == [
+      0, 0, 8, 8, 4, 4]
+  assert selfplay.num_proposals(config) == 8   # outside any step: the self-play steps' count
 
 
 def test_frontier_keeps_partly_solved_proposals_and_replays_by_learnability():

@@ -5,7 +5,8 @@ Each step, on host rollouts through the suite's guarded tools:
   PROPOSE  the policy, prompted with the suite's proposal grammar (`TaskSuite.proposals`),
            writes `round(selfplay.proposed_fraction * grpo.prompts_per_step)` proposals as its
            answers (`consolidation_fraction` instead in the phase's last
-           `consolidation_steps` steps; no proposals when that rounds to 0). The checker
+           `consolidation_steps` steps; no proposals when that rounds to 0, nor in the first
+           `warmup_steps` steps). The checker
            (`tasks.ProposalChecker`) accepts those that are valid, solvable, new in this run
            and no task of (or reserved for) an evaluation split, and counts the others by
            reason; the suite's real tool computes each accepted task's answer.
@@ -84,6 +85,8 @@ def num_proposals(config, step: int | None = None, replayed: int = 0) -> int:
   fraction = settings.proposed_fraction
   if step is not None and step >= config.grpo.num_steps - settings.consolidation_steps:
     fraction = settings.consolidation_fraction
+  elif step is not None and step < settings.warmup_steps:
+    return 0
   return min(int(round(fraction * config.grpo.prompts_per_step)),
              config.grpo.prompts_per_step - replayed)
 
@@ -230,8 +233,10 @@ class GRPOSelfPlay(_base.Phase):
       return (f"selfplay.replay_fraction={config.selfplay.replay_fraction} of "
               f"grpo.prompts_per_step={config.grpo.prompts_per_step} leaves no prompt for a "
               "proposal; lower it")
-    if 0 < config.grpo.num_steps <= config.selfplay.consolidation_steps:
-      return (f"selfplay.consolidation_steps={config.selfplay.consolidation_steps} leaves no "
+    if 0 < config.grpo.num_steps <= (config.selfplay.warmup_steps
+                                     + config.selfplay.consolidation_steps):
+      return (f"selfplay.warmup_steps={config.selfplay.warmup_steps} and "
+              f"selfplay.consolidation_steps={config.selfplay.consolidation_steps} leave no "
               f"self-play step of grpo.num_steps={config.grpo.num_steps}; lower it")
     if config.diversity_weight:
       return (f"algorithm='grpo_selfplay' does not support diversity_weight="
