@@ -107,7 +107,9 @@ def grpo_loss(params, apply_fn, ref_params, batch, *, config: GRPOConfig, max_le
     ref_params: the KL reference's parameters (unused when `config.kl_beta` is 0).
     batch: `tokens` [N, T] int32, `loss_mask` [N, T], `old_logprobs` [N, T], `advantages` [N];
       optionally `behaviour_logprobs` [N, T], the sampler's when it was an older policy than
-      the one `old_logprobs` were computed with (`config.off_policy_correction` then applies).
+      the one `old_logprobs` were computed with (`config.off_policy_correction` then applies),
+      and `kl_weights` [N], a factor on each episode's KL term (1 everywhere is the plain
+      loss; `grpo/kl` stays the unweighted KL).
     config: the GRPO settings.
     max_len: see above.
   """
@@ -129,11 +131,13 @@ def grpo_loss(params, apply_fn, ref_params, batch, *, config: GRPOConfig, max_le
       clip_low=config.clip_low, clip_high=config.clip_high, aggregation=config.aggregation,
       max_len=max_len, importance_weights=weights)
   metrics = {**metrics, **off_policy}
-  kl = losses.aggregate_loss(
-      losses.kl_divergence(logp, ref_logp, estimator=config.kl_estimator), mask,
-      aggregation=config.aggregation, max_len=max_len)
+  token_kl = losses.kl_divergence(logp, ref_logp, estimator=config.kl_estimator)
+  kl = losses.aggregate_loss(token_kl, mask, aggregation=config.aggregation, max_len=max_len)
   metrics = {f"grpo/{k}": v for k, v in metrics.items()}
   metrics["grpo/kl"] = kl
+  if "kl_weights" in batch:  # a per-episode factor on its KL term (e.g. one role's)
+    kl = losses.aggregate_loss(token_kl * batch["kl_weights"][:, None], mask,
+                               aggregation=config.aggregation, max_len=max_len)
   loss = pg_loss + config.kl_beta * kl
   metrics["grpo/loss"] = loss
   return loss, metrics
@@ -319,6 +323,8 @@ class MicrobatchedGRPOStep:
       }
       if "behaviour_logprobs" in batch:
         micro["behaviour_logprobs"] = batch["behaviour_logprobs"][rows, :used]
+      if "kl_weights" in batch:
+        micro["kl_weights"] = batch["kl_weights"][rows]
       g, m = self._grads(state.params, state.apply_fn, ref_params, self.place_batch(micro),
                          weight, full_length)
       grads = g if grads is None else self._add(grads, g)

@@ -170,6 +170,11 @@ class SelfPlayConfig:
       `grpo.aggregation='token_mean'` its share of the update is small and the curriculum moves
       slowly; a weight above 1 gives the proposer a larger share. 1 (default) leaves the
       advantages as `losses.role_conditioned_advantages` gives them.
+    proposer_kl_weight: factor on the KL to the reference (the SFT policy, `grpo.kl_beta`) of
+      the proposer's episodes, >= 0. The SFT proposer writes tasks of every size its examples
+      showed; a larger weight keeps it near that spread, so that learnability tilts the
+      proposer towards what the solver can learn without collapsing it onto the sizes that
+      paid first. 1 (default) gives both roles the same KL.
     replay_fraction: share of each step's prompts given to proposals replayed from the
       frontier (accepted proposals whose last solver group succeeded sometimes, 0 < p < 1),
       drawn with probability proportional to their learnability; the proposer writes that many
@@ -196,6 +201,7 @@ class SelfPlayConfig:
   consolidation_steps: int = 0
   consolidation_fraction: float = 0.0
   proposer_weight: float = 1.0
+  proposer_kl_weight: float = 1.0
   replay_fraction: float = 0.0
   replay_capacity: int = 256
   oversample: int = 1
@@ -230,6 +236,10 @@ class SelfPlayConfig:
             and math.isfinite(self.proposer_weight)):
       raise ValueError(f"selfplay.proposer_weight must be a finite number > 0, got "
                        f"{self.proposer_weight!r}")
+    if not (isinstance(self.proposer_kl_weight, (int, float)) and self.proposer_kl_weight >= 0
+            and math.isfinite(self.proposer_kl_weight)):
+      raise ValueError(f"selfplay.proposer_kl_weight must be a finite number >= 0, got "
+                       f"{self.proposer_kl_weight!r}")
     if not 0.0 <= self.replay_fraction < 1.0:
       raise ValueError(f"selfplay.replay_fraction must be in [0, 1), got {self.replay_fraction}")
     if not (_is_count(self.oversample) and self.oversample >= 1):

@@ -74,6 +74,44 @@ def test_precomputed_advantages_are_used_as_given(microbatched):
   assert max(jax.tree.leaves(gaps)) > 1e-5  # Other advantages, another step.
 
 
+def test_kl_weights_scale_each_episodes_kl_term():
+  # Self-play weighs the proposer's KL apart from the solver's: `kl_weights` [N] multiplies
+  # each episode's KL term; `grpo/kl` stays the plain KL.
+  model, params, config, batch = _setup("token_mean")
+  batch = {k: v for k, v in batch.items() if k != "rewards"}
+  batch["advantages"] = np.linspace(-1, 1, 16).astype(np.float32)
+  ref = jax.tree.map(lambda p: p + 0.05 * jnp.sign(p), params)   # KL > 0
+  loss = lambda weights: learners.grpo.grpo_loss(
+      params, model.apply, ref, {**batch, "kl_weights": np.asarray(weights, np.float32)},
+      config=config, max_len=96)
+  plain, plain_metrics = learners.grpo.grpo_loss(params, model.apply, ref, batch,
+                                                 config=config, max_len=96)
+  ones, metrics = loss(np.ones(16))
+  zeros, _ = loss(np.zeros(16))
+  threes, _ = loss(np.full(16, 3.0))
+  assert float(plain_metrics["grpo/kl"]) > 1e-3
+  np.testing.assert_allclose(ones, plain, rtol=1e-6)
+  np.testing.assert_allclose(ones - zeros, config.kl_beta * metrics["grpo/kl"], rtol=1e-4)
+  np.testing.assert_allclose(threes - zeros, 3 * (ones - zeros), rtol=1e-4)
+  np.testing.assert_allclose(metrics["grpo/kl"], plain_metrics["grpo/kl"], rtol=1e-6)
+  # Rows weighted apart: the two halves' KL terms add up to the whole.
+  first, _ = loss(np.r_[np.ones(8), np.zeros(8)])
+  second, _ = loss(np.r_[np.zeros(8), np.ones(8)])
+  np.testing.assert_allclose((first - zeros) + (second - zeros), ones - zeros, rtol=1e-4)
+  # The micro-batched step takes them too.
+  weights = np.r_[np.full(8, 5.0), np.ones(8)].astype(np.float32)
+  make_state = lambda: learners.create_train_state(model, jax.tree.map(jnp.copy, params),
+                                                   learners.OptimizerConfig(learning_rate=1e-3))
+  whole, _ = learners.make_grpo_step(config)(make_state(), ref, {**batch, "kl_weights": weights})
+  micro, _ = learners.MicrobatchedGRPOStep(config, microbatch_size=4)(
+      make_state(), ref, {**batch, "kl_weights": weights})
+  plain_step, _ = learners.make_grpo_step(config)(make_state(), ref, batch)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6),
+               whole.params, micro.params)
+  gaps = jax.tree.map(lambda a, b: float(np.abs(a - b).max()), whole.params, plain_step.params)
+  assert max(jax.tree.leaves(gaps)) > 1e-6
+
+
 def test_microbatch_size_must_divide_the_batch():
   model, params, config, batch = _setup("token_mean")
   state = learners.create_train_state(model, params, config.optimizer)

@@ -57,6 +57,9 @@ def test_selfplay_variants_build_and_name_the_phase():
      "selfplay.warmup_steps=30 and selfplay.consolidation_steps=10 leave no self-play step"),
     ({"selfplay.proposer_weight": 0.0}, "selfplay.proposer_weight must be a finite number > 0"),
     ({"selfplay.proposer_weight": -2.0}, "selfplay.proposer_weight must be a finite number > 0"),
+    ({"selfplay.proposer_kl_weight": -1.0}, "selfplay.proposer_kl_weight must be a finite"),
+    ({"selfplay.proposer_kl_weight": 10.0, "grpo.kl_beta": 0.0},
+     "selfplay.proposer_kl_weight=10.0 scales the KL term, which grpo.kl_beta=0 turns off"),
     ({"selfplay.replay_fraction": 1.0}, "selfplay.replay_fraction must be in"),
     ({"selfplay.replay_capacity": 0}, "selfplay.replay_capacity must be an int >= 1"),
     ({"selfplay.replay_fraction": 0.95}, "selfplay.replay_fraction=0.95 of "

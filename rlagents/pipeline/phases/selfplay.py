@@ -27,7 +27,8 @@ Each step, on host rollouts through the suite's guarded tools:
   UPDATE   one GRPO update (`grpo.prepare_update`, the `grpo` phase's) on both roles' episodes,
            with role-conditioned advantages (`losses.role_conditioned_advantages`): each
            episode centred on its group (a solver task's group, or the step's proposals),
-           scaled within its role; the proposer's then times `selfplay.proposer_weight`.
+           scaled within its role; the proposer's then times `selfplay.proposer_weight`, and
+           its KL to the reference times `selfplay.proposer_kl_weight`.
 
 The loop audits the solver episodes, drift-monitors their rewards and logs their success; the
 phase audits every proposer episode (`role: "proposer"`, with the checker's verdict, the task it
@@ -238,6 +239,9 @@ class GRPOSelfPlay(_base.Phase):
       return (f"selfplay.warmup_steps={config.selfplay.warmup_steps} and "
               f"selfplay.consolidation_steps={config.selfplay.consolidation_steps} leave no "
               f"self-play step of grpo.num_steps={config.grpo.num_steps}; lower it")
+    if config.selfplay.proposer_kl_weight != 1.0 and not config.grpo.kl_beta:
+      return (f"selfplay.proposer_kl_weight={config.selfplay.proposer_kl_weight} scales the KL "
+              "term, which grpo.kl_beta=0 turns off; set grpo.kl_beta > 0")
     if config.diversity_weight:
       return (f"algorithm='grpo_selfplay' does not support diversity_weight="
               f"{config.diversity_weight}")
@@ -362,6 +366,9 @@ class GRPOSelfPlay(_base.Phase):
         "old_logprobs": np.concatenate([p.logprobs for p in parts]),
         "advantages": advantages,
     }
+    if config.selfplay.proposer_kl_weight != 1.0:
+      batch["kl_weights"] = np.where(roles == PROPOSER, config.selfplay.proposer_kl_weight,
+                                     1.0).astype(np.float32)
     batch = self._pad(job, batch)
     for _ in range(grpo.updates_per_batch):
       state, metrics = context.update(state, context.reference, batch)
