@@ -175,6 +175,10 @@ class SelfPlayConfig:
       showed; a larger weight keeps it near that spread, so that learnability tilts the
       proposer towards what the solver can learn without collapsing it onto the sizes that
       paid first. 1 (default) gives both roles the same KL.
+    proposer_kl_fade_steps: with > 0, `proposer_kl_weight` fades linearly to 1 over the
+      phase's first `proposer_kl_fade_steps` steps: the solver meets problems of every size
+      early, and the proposer is free later to follow what it can learn. 0 (default) keeps
+      the weight constant.
     replay_fraction: share of each step's prompts given to proposals replayed from the
       frontier (accepted proposals whose last solver group succeeded sometimes, 0 < p < 1),
       drawn with probability proportional to their learnability; the proposer writes that many
@@ -202,6 +206,7 @@ class SelfPlayConfig:
   consolidation_fraction: float = 0.0
   proposer_weight: float = 1.0
   proposer_kl_weight: float = 1.0
+  proposer_kl_fade_steps: int = 0
   replay_fraction: float = 0.0
   replay_capacity: int = 256
   oversample: int = 1
@@ -240,6 +245,9 @@ class SelfPlayConfig:
             and math.isfinite(self.proposer_kl_weight)):
       raise ValueError(f"selfplay.proposer_kl_weight must be a finite number >= 0, got "
                        f"{self.proposer_kl_weight!r}")
+    if not _is_count(self.proposer_kl_fade_steps):
+      raise ValueError(f"selfplay.proposer_kl_fade_steps must be an int >= 0, got "
+                       f"{self.proposer_kl_fade_steps!r}")
     if not 0.0 <= self.replay_fraction < 1.0:
       raise ValueError(f"selfplay.replay_fraction must be in [0, 1), got {self.replay_fraction}")
     if not (_is_count(self.oversample) and self.oversample >= 1):

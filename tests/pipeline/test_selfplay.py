@@ -60,6 +60,7 @@ def test_selfplay_variants_build_and_name_the_phase():
     ({"selfplay.proposer_kl_weight": -1.0}, "selfplay.proposer_kl_weight must be a finite"),
     ({"selfplay.proposer_kl_weight": 10.0, "grpo.kl_beta": 0.0},
      "selfplay.proposer_kl_weight=10.0 scales the KL term, which grpo.kl_beta=0 turns off"),
+    ({"selfplay.proposer_kl_fade_steps": -1}, "selfplay.proposer_kl_fade_steps must be"),
     ({"selfplay.replay_fraction": 1.0}, "selfplay.replay_fraction must be in"),
     ({"selfplay.replay_capacity": 0}, "selfplay.replay_capacity must be an int >= 1"),
     ({"selfplay.replay_fraction": 0.95}, "selfplay.replay_fraction=0.95 of "
@@ -123,6 +124,16 @@ def test_warmup_steps_train_on_training_tasks_only():
   assert [selfplay.num_proposals(config, step) for step in (0, 4, 5, 36, 37, 39)] == [
       0, 0, 8, 8, 4, 4]
   assert selfplay.num_proposals(config) == 8   # outside any step: the self-play steps' count
+
+
+def test_the_proposer_kl_weight_fades_to_one():
+  from rlagents.pipeline.phases import selfplay  # pylint: disable=g-import-not-at-top
+  constant = _config(**{"selfplay.proposer_kl_weight": 50.0})
+  assert [selfplay.proposer_kl_weight(constant, t) for t in (0, 39)] == [50.0, 50.0]
+  fading = _config(**{"selfplay.proposer_kl_weight": 50.0, "selfplay.proposer_kl_fade_steps": 20})
+  # 1 + 49 * (1 - t / 20): 50 at the start, 25.5 half-way, 1 from step 20 on.
+  assert [selfplay.proposer_kl_weight(fading, t) for t in (0, 10, 20, 39)] == [
+      50.0, 25.5, 1.0, 1.0]
 
 
 def test_frontier_keeps_partly_solved_proposals_and_replays_by_learnability():

@@ -195,6 +195,15 @@ class DifficultySelector:
     self.buckets = {b: [float(v), int(n)] for b, v, n in state["buckets"]}
 
 
+def proposer_kl_weight(config, step: int) -> float:
+  """The factor on the proposer's KL at phase step `step` (0-based): `proposer_kl_weight`,
+  fading linearly to 1 over the first `proposer_kl_fade_steps` steps when that is > 0."""
+  weight, fade = config.selfplay.proposer_kl_weight, config.selfplay.proposer_kl_fade_steps
+  if not fade:
+    return float(weight)
+  return float(1.0 + (weight - 1.0) * max(0.0, 1.0 - step / fade))
+
+
 def weighted_advantages(advantages_fn, rewards, groups, roles, *, proposer_weight: float):
   """`advantages_fn(rewards, groups, roles)` (role-conditioned advantages) as a float32 array,
   the proposer's entries times `proposer_weight`."""
@@ -366,9 +375,9 @@ class GRPOSelfPlay(_base.Phase):
         "old_logprobs": np.concatenate([p.logprobs for p in parts]),
         "advantages": advantages,
     }
-    if config.selfplay.proposer_kl_weight != 1.0:
-      batch["kl_weights"] = np.where(roles == PROPOSER, config.selfplay.proposer_kl_weight,
-                                     1.0).astype(np.float32)
+    kl_weight = proposer_kl_weight(config, step)
+    if kl_weight != 1.0:
+      batch["kl_weights"] = np.where(roles == PROPOSER, kl_weight, 1.0).astype(np.float32)
     batch = self._pad(job, batch)
     for _ in range(grpo.updates_per_batch):
       state, metrics = context.update(state, context.reference, batch)
