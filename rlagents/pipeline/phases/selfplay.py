@@ -321,13 +321,12 @@ class GRPOSelfPlay(_base.Phase):
       verdicts = [checker.check(episode.answer) for episode in proposals.episodes]
     # SELECT: with oversampling, `slots` of the accepted proposals by their bucket's score
     accepted_at = [i for i, v in enumerate(verdicts) if v.accepted]
-    buckets = {i: context.selector.bucket(grammar.difficulty(verdicts[i].task))
-               for i in accepted_at} if config.selfplay.oversample > 1 else {}
+    solved_at, buckets = accepted_at, {}
     if config.selfplay.oversample > 1:
+      buckets = {i: context.selector.bucket(grammar.difficulty(verdicts[i].task))
+                 for i in accepted_at}
       chosen = context.selector.select(rng, [buckets[i] for i in accepted_at], slots)
       solved_at = [accepted_at[j] for j in chosen]
-    else:
-      solved_at = accepted_at
     proposed = [verdicts[i].task for i in solved_at]
 
     # SOLVE
@@ -375,9 +374,11 @@ class GRPOSelfPlay(_base.Phase):
         "old_logprobs": np.concatenate([p.logprobs for p in parts]),
         "advantages": advantages,
     }
-    kl_weight = proposer_kl_weight(config, step)
-    if kl_weight != 1.0:
-      batch["kl_weights"] = np.where(roles == PROPOSER, kl_weight, 1.0).astype(np.float32)
+    if config.selfplay.proposer_kl_weight != 1.0:
+      # Present in every step of such a run (also once a fade reaches 1), so the update's
+      # batch keeps one structure and compiles once.
+      batch["kl_weights"] = np.where(roles == PROPOSER, proposer_kl_weight(config, step),
+                                     1.0).astype(np.float32)
     batch = self._pad(job, batch)
     for _ in range(grpo.updates_per_batch):
       state, metrics = context.update(state, context.reference, batch)
