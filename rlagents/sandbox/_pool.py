@@ -5,10 +5,12 @@ A kernel-mode run (`run_python`) spends most of its wall time not on the CPU but
 new root, and, after the code ends, for them to be torn down. A `SandboxPool` moves that waiting
 off the caller's path:
 
-* it keeps `size` workers started ahead: each is a whole kernel sandbox, built exactly as a
-  fresh run's (`unshare`, `_init.py` as process 1 of fresh pid, mount, network, IPC and UTS
-  namespaces, the new root, a private directory, per-run memory and pids cgroups), stopped just
-  before it forks the child, waiting for a run;
+* it keeps `size` workers started ahead: each is a whole kernel sandbox, built as a fresh
+  run's (`_init.py` as process 1 of fresh pid, mount, network, IPC and UTS namespaces, the new
+  root, a private directory, per-run memory and pids cgroups), stopped just before it forks the
+  child, waiting for a run. Workers are forked by the pool's zygote (`_Zygote`: `_init.py`
+  started once) rather than started by `unshare` + a fresh interpreter, which was most of a
+  pooled run's CPU;
 * a run takes one worker, writes its files into the worker's directory, and sends the run's
   settings (pinned files, which process 1 then bind-mounts read-only; the environment; the
   limits; the seccomp filter; the cgroup limits); process 1 forks the child exactly as in a
@@ -35,9 +37,9 @@ import queue
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from typing import Mapping
@@ -46,46 +48,108 @@ from rlagents.sandbox import _sandbox
 from rlagents.sandbox import _verdict
 
 _MAX_STDIN = 60 * 1024  # Below a pipe's buffer: written whole before the run starts.
+_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+# The descriptor numbers a worker's process 1 has (`_init.WORKER_FDS`).
+_WORKER_FDS = {"stdin": 0, "stdout": 1, "stderr": 2, "report": 3, "channel": 4, "status": 5,
+               "go": 6}
+
+
+class _Zygote:
+  """The pool's worker factory: `_init.py zygote`, started once, forks every worker (new
+  namespaces, then process 1 builds the root as a fresh sandbox's does). A fork of a started
+  interpreter costs about a millisecond; a fresh `unshare` + interpreter start cost ~20 ms of CPU
+  per worker, most of a pooled run's cost."""
+
+  def __init__(self):
+    self._lock = threading.Lock()  # one command and its answer at a time
+    self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with theirs:
+      self.process = subprocess.Popen(
+          [sys.executable, "-I", "-S", "-B", _sandbox._INIT, "zygote", str(theirs.fileno())],  # pylint: disable=protected-access
+          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+          env=_ENV, start_new_session=True, pass_fds=(theirs.fileno(),))
+
+  def spawn(self, spec: dict, fds: list[int]) -> int:
+    """Starts a worker; returns the pid of its process group."""
+    with self._lock:
+      socket.send_fds(self.sock, [marshal.dumps(spec)], fds)
+      reply = self.sock.recv(256).decode(errors="replace")
+    if not reply:
+      raise OSError(f"the sandbox zygote ended (status {self.process.poll()})")
+    if reply.startswith("error"):
+      raise OSError(f"the sandbox zygote could not fork a worker: {reply[6:]}")
+    return int(reply)
+
+  def close(self) -> None:
+    self.sock.close()  # the zygote ends when it reads the end of its socket
+    try:
+      self.process.wait(timeout=_sandbox._HOST_GRACE_SECONDS)  # pylint: disable=protected-access
+    except subprocess.TimeoutExpired:
+      _sandbox._kill_group(self.process)  # pylint: disable=protected-access
+
+
+class _Spawned:
+  """A worker's process group, made by the zygote (not this process's child): waited for by the
+  end of its lifeline pipe, which only its intermediate process holds."""
+
+  def __init__(self, pid: int, lifeline: int):
+    self.pid = pid
+    self._lifeline = lifeline
+
+  def wait(self, timeout: float | None = None) -> None:
+    if self._lifeline < 0:
+      return
+    ready, _, _ = select.select([self._lifeline], [], [], timeout)
+    if not ready:
+      raise subprocess.TimeoutExpired("sandbox worker", timeout)
+    os.close(self._lifeline)
+    self._lifeline = -1
 
 
 class _Worker:
   """One pre-started sandbox, waiting for its run."""
 
-  def __init__(self, uid: int):
-    self.root = tempfile.mkdtemp(prefix="rlagents_sandbox_")
+  def __init__(self, uid: int, zygote: _Zygote):
+    self.root = _sandbox._make_run_directory()  # pylint: disable=protected-access
     self.work = os.path.join(self.root, "work")
     os.mkdir(self.work)
     self.new_root = os.path.join(self.root, "root")
     os.mkdir(self.new_root, 0o755)
     self.cgroups = _sandbox._make_cgroups(_sandbox.SandboxLimits())  # pylint: disable=protected-access
-    self.report_read, self.report_write = os.pipe()
+    self.report_read, report_write = os.pipe()
     os.set_blocking(self.report_read, False)
     self.status_read, status_write = os.pipe()
     go_read, self.go_write = os.pipe()
     stdin_read, self.stdin_write = os.pipe()
-    self.channel_fd = os.open(os.path.join(self.root, "channel"),
-                              os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    lifeline_read, lifeline_write = os.pipe()
+    channel_fd = os.open(os.path.join(self.root, "channel"),
+                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    numbers = _WORKER_FDS
+    self.channel_number = numbers["channel"]  # the channel's descriptor inside the sandbox
     read_only, links = _sandbox._read_only_view()  # pylint: disable=protected-access
     spec = {
         "new_root": self.new_root, "work": self.work, "read_only": read_only,
-        "symlinks": links,
+        "symlinks": links, "cwd": self.root,
         "devices": [d for d in _sandbox._DEVICES if os.path.exists(d)],  # pylint: disable=protected-access
-        "pinned": [], "argv": _sandbox._child_argv(self.work, self.report_write),  # pylint: disable=protected-access
+        "pinned": [], "argv": _sandbox._child_argv(self.work, numbers["report"]),  # pylint: disable=protected-access
         "env": {}, "rlimits": [], "uid": uid, "gid": pwd.getpwuid(uid).pw_gid,
-        "wall_seconds": 1.0, "seccomp": None, "status_fd": status_write, "go_fd": go_read,
+        "wall_seconds": 1.0, "seccomp": None, "status_fd": numbers["status"],
+        "go_fd": numbers["go"],
         "cgroup_procs": [os.path.join(d, "cgroup.procs") for d in self.cgroups]}
-    argv = [shutil.which("unshare"), "--pid", "--mount", "--net", "--ipc", "--uts", "--fork",
-            "--kill-child", "--", sys.executable, "-I", "-S", "-B", _sandbox._INIT,  # pylint: disable=protected-access
-            marshal.dumps(spec).hex()]
-    with open(os.path.join(self.root, "stdout"), "wb") as out, open(
-        os.path.join(self.root, "stderr"), "wb") as err:
-      self.process = subprocess.Popen(
-          argv, stdin=stdin_read, stdout=out, stderr=err,
-          env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, cwd=self.root,
-          start_new_session=True,
-          pass_fds=(self.report_write, self.channel_fd, status_write, go_read))
-    for fd in (status_write, go_read, stdin_read):
-      os.close(fd)
+    self.process = None
+    try:
+      with open(os.path.join(self.root, "stdout"), "wb") as out, open(
+          os.path.join(self.root, "stderr"), "wb") as err:
+        fds = [stdin_read, out.fileno(), err.fileno(), report_write, channel_fd, status_write,
+               go_read, lifeline_write]
+        self.process = _Spawned(zygote.spawn(spec, fds), lifeline_read)
+    finally:
+      for fd in (report_write, channel_fd, status_write, go_read, stdin_read, lifeline_write):
+        os.close(fd)
+      if self.process is None:
+        os.close(lifeline_read)
+        for name in ("go_write", "stdin_write", "status_read", "report_read"):
+          self.close_fd(name)
     if uid >= 0:
       os.chown(self.work, uid, uid)
 
@@ -108,10 +172,10 @@ class _Worker:
     try:
       self.process.wait(timeout=_sandbox._HOST_GRACE_SECONDS)  # pylint: disable=protected-access
     except subprocess.TimeoutExpired:
-      pass
-    _sandbox._kill_group(self.process)  # pylint: disable=protected-access
-    for name in ("go_write", "stdin_write", "report_write", "channel_fd", "status_read",
-                 "report_read"):
+      # Still running, so its group's number is still its own (once it has ended, the zygote
+      # reaps it and the number may name another process group).
+      _sandbox._kill_group(self.process)  # pylint: disable=protected-access
+    for name in ("go_write", "stdin_write", "status_read", "report_read"):
       self.close_fd(name)
     _sandbox._remove_cgroups(self.cgroups)  # pylint: disable=protected-access
     _sandbox._make_removable(self.root)  # pylint: disable=protected-access
@@ -145,6 +209,7 @@ class SandboxPool:
     _sandbox._require_kernel()  # pylint: disable=protected-access
     self.size = size
     self._uid = _sandbox._user_id(_sandbox.SandboxLimits())  # pylint: disable=protected-access
+    self._zygote = _Zygote()
     self._ready: queue.Queue = queue.Queue()
     self._starter = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sandbox-start")
     self._cleaner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sandbox-clean")
@@ -161,7 +226,7 @@ class SandboxPool:
         if self._closed:
           return
       try:
-        self._ready.put(_Worker(self._uid))
+        self._ready.put(_Worker(self._uid, self._zygote))
       except BaseException as e:  # pylint: disable=broad-except
         self._ready.put(e)
     finally:
@@ -253,7 +318,7 @@ class SandboxPool:
       _set_cgroup_limits(worker.cgroups, limits)
     env = _sandbox._child_env(worker.work, pinned_bytes)  # pylint: disable=protected-access
     if channel:
-      env["SANDBOX_CHANNEL_FD"] = str(worker.channel_fd)
+      env["SANDBOX_CHANNEL_FD"] = str(worker.channel_number)
     os.write(worker.stdin_write, stdin)
     worker.close_fd("stdin_write")
     message = marshal.dumps({
@@ -294,8 +359,6 @@ class SandboxPool:
               os.path.join(worker.root, "stderr"), 2000).strip()[-500:])
     out_of_memory = _sandbox._cgroup_ran_out_of_memory(worker.cgroups)  # pylint: disable=protected-access
     isolation = _sandbox._mode_name(seccomp is not None, use_cgroup)  # pylint: disable=protected-access
-    worker.close_fd("report_write")
-    worker.close_fd("channel_fd")
     report_read = os.dup(worker.report_read)
     return _sandbox._collect(worker.root, worker.work, limits, digests, violations, code_, wall,  # pylint: disable=protected-access
                              isolation, out_of_memory, True, report_read, cpu_used)
@@ -322,6 +385,7 @@ class SandboxPool:
       worker = self._ready.get()
       if isinstance(worker, _Worker):
         worker.discard()
+    self._zygote.close()
 
   def __enter__(self) -> "SandboxPool":
     return self

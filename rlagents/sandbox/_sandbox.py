@@ -447,13 +447,41 @@ def run_python(code: str, *, files: Mapping[str, str | bytes] | None = None,
   pinned_bytes = {_safe_name(k): (v.encode() if isinstance(v, str) else v)
                   for k, v in (pinned or {}).items()}
   digests = {name: sha256_of(data) for name, data in pinned_bytes.items()}
-  root = tempfile.mkdtemp(prefix="rlagents_sandbox_")
+  root = _make_run_directory()
   try:
     return _run_in(root, code, files or {}, pinned_bytes, digests, limits, rlimits, uid,
                    use_netns, stdin, channel)
   finally:
     _make_removable(root)
     shutil.rmtree(root, ignore_errors=True)
+
+
+_SCRATCH_MIN_FREE = 1 << 30
+_scratch = []
+
+
+def _make_run_directory() -> str:
+  """A new private directory for one run: in the temporary directory (`tempfile`) where the
+  environment names one (`TMPDIR`), else on the shared-memory tmpfs (`/dev/shm`) where it is
+  writable with at least 1 GiB free, else in the system's temporary directory.
+
+  Making and removing a run's few files on a disk file system (ext4 here) cost ~1.8 ms a run,
+  a quarter of a pooled run. On a tmpfs the files a run writes are memory, charged to the run's
+  memory cgroup where it has one, so they count against its memory limit."""
+  if not _scratch:
+    parent = None
+    try:
+      with open("/proc/self/mounts") as f:
+        tmpfs = any(line.split()[1:3] == ["/dev/shm", "tmpfs"] for line in f)
+      stats = os.statvfs("/dev/shm")
+      if tmpfs and os.access("/dev/shm", os.W_OK | os.X_OK) and (
+          stats.f_bavail * stats.f_frsize >= _SCRATCH_MIN_FREE):
+        parent = "/dev/shm"
+    except OSError:
+      pass
+    _scratch.append(parent)
+  return tempfile.mkdtemp(prefix="rlagents_sandbox_",
+                          dir=None if "TMPDIR" in os.environ else _scratch[0])
 
 
 def _make_removable(root: str) -> None:

@@ -55,6 +55,7 @@ def private_tempdir(monkeypatch, tmp_path_factory):
   private = tempfile.mkdtemp(prefix="rlagents_isolation_test_")
   os.chmod(private, 0o711)
   monkeypatch.setattr(tempfile, "tempdir", private)
+  monkeypatch.setenv("TMPDIR", private)  # run directories follow TMPDIR where it is set
   yield private
   assert os.listdir(private) == [], "a sandbox directory was left behind"
   shutil.rmtree(private, ignore_errors=True)

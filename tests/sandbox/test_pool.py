@@ -26,6 +26,7 @@ def pool(monkeypatch):
   private = tempfile.mkdtemp(prefix="rlagents_pool_test_")
   os.chmod(private, 0o711)
   monkeypatch.setattr(tempfile, "tempdir", private)
+  monkeypatch.setenv("TMPDIR", private)  # run directories follow TMPDIR where it is set
   try:
     with sandbox.SandboxPool(size=2) as made:
       yield made
@@ -110,3 +111,39 @@ def test_bad_use_is_a_clear_error(pool):
   pool.close()
   with pytest.raises(RuntimeError, match="closed"):
     pool.run_python("pass", limits=LIMITS)
+
+
+_INTERPRETER_STATE = (
+    "import os, sys\n"
+    "fds = []\n"
+    "for fd in range(256):\n"
+    "  try:\n"
+    "    os.fstat(fd)\n"
+    "  except OSError:\n"
+    "    continue\n"
+    "  fds.append(fd)\n"
+    "print(fds)\n"
+    "print(sorted(sys.modules))\n"
+    "print(os.getpid(), os.getuid(), sorted(os.environ))\n")
+
+
+def test_a_pooled_run_meets_what_a_fresh_one_does(pool):
+  # Workers are forked from the pool's zygote, not started as fresh interpreters: the run must
+  # not find any of the zygote's descriptors (its socket, other workers' pipes) or modules.
+  pooled = pool.run_python(_INTERPRETER_STATE, limits=LIMITS, channel=True)
+  fresh = sandbox.run_python(_INTERPRETER_STATE, limits=LIMITS, channel=True)
+  assert pooled.ok and fresh.ok, (pooled, fresh)
+  (pooled_fds, *pooled_rest), (fresh_fds, *fresh_rest) = (
+      r.stdout.splitlines() for r in (pooled, fresh))
+  assert pooled_rest == fresh_rest  # modules, pid, user, environment
+  # The same descriptors (under other numbers): stdin, stdout, stderr, the report, the channel.
+  assert len(eval(pooled_fds)) == len(eval(fresh_fds)) == 5, (pooled_fds, fresh_fds)  # pylint: disable=eval-used
+
+
+def test_closing_the_pool_ends_its_zygote(monkeypatch):
+  made = sandbox.SandboxPool(size=1)
+  zygote = made._zygote.process  # pylint: disable=protected-access
+  assert made.run_python("print(1)", limits=LIMITS).stdout == "1\n"
+  assert zygote.poll() is None
+  made.close()
+  assert zygote.poll() is not None

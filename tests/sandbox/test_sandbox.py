@@ -33,6 +33,7 @@ def host_unchanged(monkeypatch, tmp_path_factory):
     f.write("host")
   os.chmod(witness, 0o666)
   monkeypatch.setattr(tempfile, "tempdir", private)
+  monkeypatch.setenv("TMPDIR", private)  # run directories follow TMPDIR where it is set
   try:
     yield
     assert os.listdir(private) == [], "a sandbox directory was left behind"
@@ -244,6 +245,25 @@ def test_native_code_is_refused():
 def test_the_temp_dir_is_removed_afterwards():
   result = _run("import os\nprint(os.getcwd())")
   assert not os.path.exists(result.stdout.strip())
+
+
+def test_run_directories_follow_tmpdir_else_lie_on_shared_memory(monkeypatch):
+  if sandbox._sandbox._ROUTES:  # pylint: disable=protected-access
+    pytest.skip("a pool makes its directories ahead, in another thread")
+  made = []
+  mkdtemp = tempfile.mkdtemp
+  monkeypatch.setattr(tempfile, "mkdtemp", lambda *a, **k: made.append(mkdtemp(*a, **k)) or made[-1])
+  assert _run("print(1)").stdout == "1\n"
+  assert made and os.path.dirname(made[-1]) == os.environ["TMPDIR"]
+  monkeypatch.delenv("TMPDIR")
+  assert _run("print(1)").stdout == "1\n"
+  stats = os.statvfs("/dev/shm") if os.path.isdir("/dev/shm") else None
+  if stats and os.access("/dev/shm", os.W_OK) and stats.f_bavail * stats.f_frsize >= 2**30 and (
+      os.stat("/dev/shm").st_dev != os.stat("/").st_dev):
+    assert os.path.dirname(made[-1]) == "/dev/shm"
+  else:
+    assert os.path.dirname(made[-1]) == tempfile.gettempdir()
+  assert not os.path.exists(made[-1])
 
 
 def test_a_file_name_outside_the_sandbox_is_an_error():
