@@ -94,6 +94,9 @@ def _main():
   sys.path[:0] = [root]
   with open(script, "rb") as f:
     source = f.read()
+  # A pool's zygote compiled the host's own scripts (the test driver) once; a run whose script
+  # is byte for byte one of them skips the parser (~2.5 ms a run).
+  code = globals().get("__sandbox_compiled__", {}).get(source)
   sys.addaudithook(hook)
   sys.argv = [script]
   # As `runpy.run_path` would, without importing it (and `typing`, `re`, ...) on every run.
@@ -101,7 +104,7 @@ def _main():
   main.__file__ = script
   main.__builtins__ = __builtins__
   sys.modules["__main__"] = main
-  exec(compile(source, script, "exec"), vars(main))  # pylint: disable=exec-used
+  exec(code or compile(source, script, "exec"), vars(main))  # pylint: disable=exec-used
 
 
 _main()

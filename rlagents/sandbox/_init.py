@@ -16,8 +16,8 @@ of the pid namespace. It builds the run's filesystem and then stays as the names
    and removals of it. `pivot_root` then detaches the host's root: nothing else of the host is
    reachable from the namespace, by any interface.
 2. It forks the child, which joins the run's cgroups (memory, pids) when the host made them
-   (process 1 stays out, so their OOM killer cannot end the run without a status), sets the
-   resource limits, drops to the unprivileged user (groups cleared, `PR_SET_NO_NEW_PRIVS`, so no
+   (process 1 stays out, so their OOM killer cannot end the run without a status), reads its
+   settings from process 1 on a pipe, sets the resource limits, drops to the unprivileged user (groups cleared, `PR_SET_NO_NEW_PRIVS`, so no
    set-uid program or file capability can raise it again), installs the seccomp filter of
    `_seccomp.py` where the host gave one, takes the run's environment and runs the bootstrap in
    the interpreter it already is (started with the child's flags, `-I -S -B`), which saves a
@@ -28,15 +28,17 @@ of the pid namespace. It builds the run's filesystem and then stays as the names
    status on its status channel, which the child never holds.
 
 A pre-started worker of a `SandboxPool` (`_pool.py`) is given `go_fd` instead of its run: it
-builds the root, then waits there for the run's settings (pinned files, environment, limits,
-seccomp filter, cgroup use), pins the files and goes on with step 2. A pool's workers are not
+builds the root and forks the child (which joins the cgroups and waits for its settings), then
+waits for the run's settings (pinned files, environment, limits, seccomp filter; the host has
+set the cgroups' limits), pins the files and hands the child its part. A pool's workers are not
 started by `unshare`: the pool starts this script once as its zygote (`_init.py zygote FD`),
 which receives each worker's spec and descriptors on a socket and forks an intermediate process
 that makes the same five namespaces (`unshare(2)`) and forks their process 1; that process drops
 the zygote's modules and descriptors (the worker's land on fixed numbers, `WORKER_FDS`) and goes
 on as above. A fork costs about a millisecond where a fresh interpreter costs ~20 ms of CPU. The
-zygote sees worker specs only (paths, the read-only view), never a run's code, files or
-settings; the runs of one pool share its interpreter's hash seed.
+zygote compiles the bootstrap and the host's test driver once, for every worker. It sees worker
+specs only (paths, the read-only view), never a run's code, files or settings; the runs of one
+pool share its interpreter's hash seed.
 
 Any failure to set up is written on the status channel as `error <what>` and ends the run before
 the child starts; the host raises `SandboxUnavailable` with it.
@@ -114,15 +116,29 @@ def _build_root(spec):
   _mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def _start_child(spec, status_fd, cgroup_fds):
+def _fork_child(spec, status_fd, cgroup_fds):
+  """Forks the run's child, which joins the run's cgroups and then waits for its settings (the
+  resource limits, the seccomp filter, the environment) on a pipe; returns (its pid, the pipe's
+  writing end). A pool's worker forks it ahead, while it waits for its run, so neither the fork
+  nor the cgroup join is on the run's path; an empty message ends the child unstarted."""
+  settings_read, settings_write = os.pipe()
   pid = os.fork()
   if pid:
-    return pid
+    os.close(settings_read)
+    return pid, settings_write
   try:
+    os.close(settings_write)
     os.close(status_fd)
+    if "go_fd" in spec:
+      os.close(spec["go_fd"])
     for fd in cgroup_fds:  # Everything the child starts is counted there too.
       os.write(fd, b"0")
       os.close(fd)
+    message = _read_to_end(settings_read)
+    os.close(settings_read)
+    if not message:
+      os._exit(0)
+    spec.update(marshal.loads(message))
     os.chdir(spec["work"])
     for number, soft, hard in spec["rlimits"]:
       resource.setrlimit(number, (soft, hard))
@@ -143,6 +159,15 @@ def _start_child(spec, status_fd, cgroup_fds):
   os._exit(_run_bootstrap(spec["argv"][4:]))
 
 
+def _read_to_end(fd):
+  chunks = []
+  while True:
+    chunk = os.read(fd, 65536)
+    if not chunk:
+      return b"".join(chunks)
+    chunks.append(chunk)
+
+
 class _Program(ctypes.Structure):
   _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
@@ -155,9 +180,11 @@ def _install_seccomp(program):
          "prctl(PR_SET_SECCOMP)")
 
 
-# The bootstrap's code object by path, compiled ahead by a pool's zygote: compiling it in each
-# forked child cost ~2 ms of a pooled run (the parser's allocations fault in copied pages).
+# Compiled ahead by a pool's zygote, as compiling in each forked child cost ~2 ms a run (the
+# parser's allocations fault in copied pages): the bootstrap's code by path, and the host's
+# scripts (the test driver) by their bytes as the bootstrap reads its `main.py`.
 _COMPILED = {}
+_SCRIPTS = {}
 
 
 def _compile(path):
@@ -183,7 +210,7 @@ def _run_bootstrap(argv):
     if code is None:
       code = _compile(argv[0])
     namespace = {"__name__": "__sandbox_bootstrap__", "__file__": argv[0],
-                 "__builtins__": __builtins__}
+                 "__builtins__": __builtins__, "__sandbox_compiled__": _SCRIPTS}
     exec(code, namespace)  # pylint: disable=exec-used
   except SystemExit as e:
     if e.code is None:
@@ -254,26 +281,17 @@ def _kill_all():
       return
 
 
-def _wait_for_run(spec, cgroup_fds):
-  """A pre-started worker (`_pool.py`): waits, its root built, for the run's settings on
-  `go_fd`, then pins the run's files; ends without running anything on an empty message."""
-  chunks = []
-  while True:
-    chunk = os.read(spec["go_fd"], 65536)
-    if not chunk:
-      break
-    chunks.append(chunk)
+def _wait_for_run(spec):
+  """A pre-started worker (`_pool.py`): waits, its root built and its child forked, for the
+  run's settings on `go_fd`, then pins the run's files; ends without running anything on an
+  empty message (its child then reads an empty one too)."""
+  message = _read_to_end(spec["go_fd"])
   os.close(spec["go_fd"])
-  if not chunks:
+  if not message:
     os._exit(0)
-  spec.update(marshal.loads(b"".join(chunks)))
+  spec.update(marshal.loads(message))
   for path in spec["pinned"]:
     _bind(path, path, read_only=True)
-  if not spec["use_cgroup"]:
-    for fd in cgroup_fds:
-      os.close(fd)
-    return []
-  return cgroup_fds
 
 
 def _main(spec):
@@ -287,11 +305,14 @@ def _main(spec):
     # out, so the cgroup's OOM killer can never end the run without its status.
     cgroup_fds = [os.open(path, os.O_WRONLY) for path in spec["cgroup_procs"]]
     _build_root(spec)
-    if "go_fd" in spec:
-      cgroup_fds = _wait_for_run(spec, cgroup_fds)
-    child = _start_child(spec, status_fd, cgroup_fds)
+    child, settings = _fork_child(spec, status_fd, cgroup_fds)
     for fd in cgroup_fds:
       os.close(fd)
+    if "go_fd" in spec:
+      _wait_for_run(spec)
+    os.write(settings, marshal.dumps(
+        {"rlimits": spec["rlimits"], "seccomp": spec["seccomp"], "env": spec["env"]}))
+    os.close(settings)
   except OSError as e:
     os.write(status_fd, f"error {e}\n".encode())
     os._exit(1)
@@ -310,7 +331,7 @@ SOL_SOCKET, SCM_RIGHTS = 1, 1
 # A worker's descriptors inside its namespaces, whatever their numbers on the host.
 WORKER_FDS = {"stdin": 0, "stdout": 1, "stderr": 2, "report": 3, "channel": 4, "status": 5,
               "go": 6}
-_LIFELINE = 7  # held by the intermediate process only: its end tells the host the worker ended
+_LIFELINE = 7  # held by process 1 only: its end tells the host the worker ended
 _FIRST_FREE = 8
 
 
@@ -369,11 +390,16 @@ def _spawn(spec, fds, modules):
   os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 
 
-def _zygote(sock_fd):
+def _zygote(sock_fd, scripts):
   """Serves the pool: each command is a worker's spec and descriptors; answers the pid of the
-  worker's process group (its intermediate process) or `error <what>`; ends when the host does."""
+  worker's process group (its process 1) or `error <what>`; ends when the host does.
+  `scripts`: files a run may be given as its `main.py`, compiled here once."""
   bootstrap = os.path.join(os.path.dirname(os.path.realpath(__file__)), "_bootstrap.py")
   _COMPILED[bootstrap] = _compile(bootstrap)
+  for path in scripts:
+    with open(path, "rb") as f:
+      source = f.read()
+    _SCRIPTS[source] = compile(source, "main.py", "exec")
   modules = set(sys.modules)
   import _socket  # pylint: disable=g-import-not-at-top
   sock = _socket.socket(fileno=sock_fd)
@@ -407,6 +433,6 @@ def _zygote(sock_fd):
 
 
 if sys.argv[1] == "zygote":
-  _zygote(int(sys.argv[2]))
+  _zygote(int(sys.argv[2]), sys.argv[3:])
 else:
   _main(marshal.loads(bytes.fromhex(sys.argv[1])))

@@ -65,7 +65,8 @@ class _Zygote:
     self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     with theirs:
       self.process = subprocess.Popen(
-          [sys.executable, "-I", "-S", "-B", _sandbox._INIT, "zygote", str(theirs.fileno())],  # pylint: disable=protected-access
+          [sys.executable, "-I", "-S", "-B", _sandbox._INIT, "zygote", str(theirs.fileno()),  # pylint: disable=protected-access
+           _verdict._DRIVER],  # pylint: disable=protected-access
           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
           env=_ENV, start_new_session=True, pass_fds=(theirs.fileno(),))
 
@@ -116,6 +117,8 @@ class _Worker:
     self.new_root = os.path.join(self.root, "root")
     os.mkdir(self.new_root, 0o755)
     self.cgroups = _sandbox._make_cgroups(_sandbox.SandboxLimits())  # pylint: disable=protected-access
+    self.limit_files = [os.path.join(d, n) for d in self.cgroups for n in _LIMIT_FILES
+                        if os.path.exists(os.path.join(d, n))]
     self.report_read, report_write = os.pipe()
     os.set_blocking(self.report_read, False)
     self.status_read, status_write = os.pipe()
@@ -182,15 +185,21 @@ class _Worker:
     shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _set_cgroup_limits(directories: list[str], limits: _sandbox.SandboxLimits) -> None:
-  values = {"memory.max": int(limits.memory_bytes), "memory.swap.max": 0,
-            "memory.limit_in_bytes": int(limits.memory_bytes),
-            "pids.max": int(limits.max_processes)}
-  for directory in directories:
-    for name, value in values.items():
-      path = os.path.join(directory, name)
-      if os.path.exists(path):
-        _sandbox._write_text(path, str(value))  # pylint: disable=protected-access
+_LIMIT_FILES = ("memory.max", "memory.swap.max", "memory.limit_in_bytes", "pids.max")
+
+
+def _set_cgroup_limits(files: list[str], limits: _sandbox.SandboxLimits | None) -> None:
+  """The run's memory and process limits in the worker's cgroup `files` (its child is already in
+  the cgroups); none (`None`: a run with `cgroup="off"`) where the run has none."""
+  if limits is None:
+    values = {"memory.max": "max", "memory.swap.max": "max", "memory.limit_in_bytes": -1,
+              "pids.max": "max"}
+  else:
+    values = {"memory.max": int(limits.memory_bytes), "memory.swap.max": 0,
+              "memory.limit_in_bytes": int(limits.memory_bytes),
+              "pids.max": int(limits.max_processes)}
+  for path in files:
+    _sandbox._write_text(path, str(values[os.path.basename(path)]))  # pylint: disable=protected-access
 
 
 class SandboxPool:
@@ -314,8 +323,7 @@ class SandboxPool:
       raise _sandbox.SandboxUnavailable("SandboxLimits.cgroup='require' but no cgroup could be "
                                         "made here")
     _sandbox._prepare_work(worker.work, code, files, pinned_bytes, self._uid, worker.root)  # pylint: disable=protected-access
-    if use_cgroup:
-      _set_cgroup_limits(worker.cgroups, limits)
+    _set_cgroup_limits(worker.limit_files, limits if use_cgroup else None)
     env = _sandbox._child_env(worker.work, pinned_bytes)  # pylint: disable=protected-access
     if channel:
       env["SANDBOX_CHANNEL_FD"] = str(worker.channel_number)
@@ -323,8 +331,7 @@ class SandboxPool:
     worker.close_fd("stdin_write")
     message = marshal.dumps({
         "pinned": [os.path.join(worker.work, n) for n in pinned_bytes], "env": env,
-        "rlimits": rlimits, "wall_seconds": float(limits.wall_seconds), "seccomp": seccomp,
-        "use_cgroup": use_cgroup})
+        "rlimits": rlimits, "wall_seconds": float(limits.wall_seconds), "seccomp": seccomp})
     start = time.monotonic()
     os.write(worker.go_write, message)
     worker.close_fd("go_write")

@@ -1,11 +1,13 @@
 """Runs pinned tests inside the sandbox and reports each test's plain value (standard library only).
 
-The host copies this file in as `main.py` with `TESTS` filled in. It never judges: it imports
-each pinned test module (whose tests `return` the values their asserts compared), calls every
-test the host named, and writes one JSON record per test on the result channel, a file
-descriptor the host opened outside the run's directory. Each record carries a nonce the host
-sent on standard input, read before the code under test is imported, so a record the code
-writes itself is told apart unless it digs the nonce out of this interpreter's memory:
+The host copies this file in as `main.py`, unchanged (so a `SandboxPool` runs it from a code
+object compiled once), and writes two lines on its standard input: a nonce, then the tests to
+call (`module:test,test;module:test`). It never judges: it imports each pinned test module
+(whose tests `return` the values their asserts compared), calls every test the host named, and
+writes one JSON record per test on the result channel, a file descriptor the host opened
+outside the run's directory. Each record carries the nonce, read before the code under test is
+imported, so a record the code writes itself is told apart unless it digs the nonce out of this
+interpreter's memory:
 
     {"test": "test_solution.test_case_0", "value": ["int", "5"]}       (ints in hex)
     {"test": "...", "raised": "ZeroDivisionError", "base": false}
@@ -27,11 +29,9 @@ driver imports nothing beyond what the interpreter has already loaded (its JSON 
 """
 
 import builtins
-import importlib
 import os
 import sys
 
-TESTS = []  # [(module name, [test function names])], filled in by the host.
 MAX_DEPTH = 32
 MAX_RECORD_CHARS = 16384
 # Test frameworks and the like: if the code under test loads one, none of their functions may
@@ -147,6 +147,8 @@ def _foreign_code(run_dir):
 def _main():
   channel = int(os.environ.pop("SANDBOX_CHANNEL_FD"))
   nonce = sys.stdin.readline().strip()
+  plan = [part.split(":", 1) for part in sys.stdin.readline().strip().split(";") if part]
+  import_ = builtins.__import__
   write, dumps = os.write, to_json
   baseline = _watched()
   run_dir = os.getcwd() + os.sep
@@ -171,9 +173,10 @@ def _main():
     if changed:
       emit({"patched": changed[:8]})
 
-  for module_name, names in TESTS:
+  for module_name, names in plan:
+    names = names.split(",")
     try:
-      module = importlib.import_module(module_name)
+      module = import_(module_name)  # a top-level module: `test_<name>`
     except BaseException as e:  # pylint: disable=broad-except
       for name in names:
         emit({"test": f"{module_name}.{name}", "raised": type(e).__name__,

@@ -238,6 +238,20 @@ def test_memory_spread_over_processes_is_stopped_by_the_cgroup():
   assert "memory" in result.violation_kinds, result
 
 
+def test_a_run_without_a_cgroup_has_no_cgroup_limit():
+  # cgroup="off": only the per-process limits hold (a pool's worker has a cgroup ahead of its
+  # run, which must then limit nothing).
+  limits = sandbox.SandboxLimits(cpu_seconds=2, wall_seconds=6, memory_bytes=96 * 2**20,
+                                 max_processes=16, cgroup="off")
+  hog = "x = bytearray(60 * 2**20); import time; time.sleep(0.5)"
+  result = _run("import sys\n"
+                f"pids = [spawn([sys.executable, '-I', '-S', '-c', {hog!r}]) for _ in range(3)]\n"
+                "import os\nprint([os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in pids])\n",
+                limits=limits)
+  assert result.ok and result.stdout == "[0, 0, 0]\n", result
+  assert "cgroup" not in result.isolation
+
+
 def test_kernel_mode_that_cannot_run_here_is_a_clear_error(monkeypatch):
   monkeypatch.setattr(sandbox._sandbox, "_KERNEL_PROBLEM", ["root, to create namespaces"])
   with pytest.raises(sandbox.SandboxUnavailable, match="isolation='kernel' needs root.*"

@@ -128,6 +128,22 @@ def test_the_expected_values_never_enter_the_sandbox():
   assert not verdict.ok
 
 
+def test_the_driver_runs_as_its_file_reads_so_a_pool_runs_it_precompiled():
+  # A pool's zygote compiles the driver file once; a run uses that code only when its main.py
+  # is byte for byte the file, so the tests to call travel on standard input, not in the code.
+  given = {}
+
+  def runner(code, **kwargs):
+    given.update(code=code, stdin=kwargs["stdin"])
+    return sandbox.run_python(code, **kwargs)
+
+  verdict = sandbox.run_tests(FIX, TESTS, limits=LIMITS, runner=runner)
+  assert verdict.ok, verdict
+  with open(sandbox._verdict._DRIVER, "rb") as f:  # pylint: disable=protected-access
+    assert given["code"].encode() == f.read()
+  assert given["stdin"].splitlines()[1] == "test_solution:test_pair,test_small"
+
+
 @pytest.mark.parametrize("source, message", [
     ("def test_x():\n  assert f(1)\n", "only hold `assert <expression> == <literal>`"),
     ("def test_x():\n  assert f(1) == g(2)\n", "must be a literal"),
