@@ -22,6 +22,9 @@ class SFTConfig:
       multiple of this many tokens, so padding stays small (0: drawn from all episodes). With
       few, very different lengths (e.g. a short guess and a long tool episode) a batch then
       holds one kind only; 0 mixes them.
+    successful_only: train on the demonstrations whose answer verified only (filtered
+      imitation: the slips the expert recovered from stay in, the episodes it failed are left
+      out); every demonstration is still generated, logged and counted in the expert's success.
   """
   num_demonstrations: int = 8000
   num_steps: int = 700
@@ -29,6 +32,7 @@ class SFTConfig:
   optimizer: _state.OptimizerConfig = _state.OptimizerConfig(
       learning_rate=2e-3, warmup_steps=100, decay_steps=600)
   length_bucket: int = 32
+  successful_only: bool = False
 
   def __post_init__(self):
     for name in ("num_demonstrations", "batch_size"):

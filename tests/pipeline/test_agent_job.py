@@ -254,3 +254,20 @@ def test_diversity_penalty_is_off_by_default_and_subtracts_its_weight(finished_r
   pipeline.phases.grpo.apply_diversity_penalty(episodes, group_size=3, weight=0.4)
   np.testing.assert_allclose([e.reward for e in episodes], [0.8, 0.8, 1.0, 1.0, 1.0, 1.0])
   assert [e.reward_terms["diversity"] for e in episodes] == [0.5, 0.5, 0, 0, 0, 0]
+
+
+def test_sft_on_successful_demonstrations_only(finished_run, tmp_path):
+  config, workdir, _ = finished_run
+  # Every demonstration is trained on by default; with `successful_only`, those that verified.
+  assert _metric(workdir, "sft/demonstrations") == {0: config.sft.num_demonstrations}
+  values = calculator.get_config("smoke").to_dict()
+  values["sft"].update(num_steps=2, successful_only=True)
+  values["grpo"].update(num_steps=1)
+  values["eval"]["every_steps"] = 0
+  run = str(tmp_path / "successful_only")
+  pipeline.train_and_evaluate(pipeline.config_from_dict(values), run)
+  with open(os.path.join(run, "audit", "episodes.jsonl")) as f:
+    demos = [r for r in map(json.loads, f) if r["phase"] == "sft_demonstration"]
+  verified = sum(r["reward_terms"]["correct_answer"] > 0 for r in demos)
+  assert len(demos) == config.sft.num_demonstrations > verified > 0
+  assert _metric(run, "sft/demonstrations") == {0: verified}

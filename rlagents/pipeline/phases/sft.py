@@ -46,15 +46,22 @@ class SFT(_base.Phase):
     if extra:
       job.outputs.episodes(extra, phase="sft_demonstration", step=0, policy="expert",
                            role="proposer")
+    trained = demos
+    if config.sft.successful_only:
+      trained = [d for d in demos if d.reward_terms["correct_answer"] > 0]
+      if not trained:
+        raise job_lib.JobError("sft.successful_only: none of the expert's "
+                               f"{len(demos)} demonstrations succeeded")
     try:
-      data = episodes_lib.stack_episodes(demos + extra, job.tokenizer,
+      data = episodes_lib.stack_episodes(trained + extra, job.tokenizer,
                                          config.rollout.max_length,
                                          episode_format=job.format)
     except episodes_lib.EncodeError as error:
       raise job_lib.JobError(f"a demonstration does not fit the rollout buffer: {error}; raise "
                              "rollout.max_length and model.max_len") from None
     job.outputs.metrics(0, {"expert/train_success":
-                            evaluation.summarize_episodes(demos)["success"]})
+                            evaluation.summarize_episodes(demos)["success"],
+                            "sft/demonstrations": float(len(trained))})
     return (data, _LengthBuckets(data.tokens, config.sft.length_bucket),
             learners.make_sft_step())
 
