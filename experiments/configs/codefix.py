@@ -31,14 +31,18 @@ def get_config(variant: str = "default") -> ml_collections.ConfigDict:
     raise ValueError(f"unknown config variant {variant!r}; choose from {', '.join(VARIANTS)}")
   values = pipeline.config_to_dict(pipeline.AgentJobConfig())
   values["task"] = "bugfix"
-  values["bugfix"].update(num_train=2000, num_heldout=128, num_heldout_ood=128,
+  values["bugfix"].update(num_train=4000, num_heldout=128, num_heldout_ood=128,
                           num_calibration=128)
   # A fixer episode with a wrong edit and three test runs is ~640 characters.
   values["model"].update(max_len=704)
   values["rollout"].update(max_length=704, max_tool_calls=5, max_segment_tokens=64,
                            batch_size=64)
-  values["sft"].update(num_demonstrations=1200, num_steps=500, batch_size=32)
-  values["sft"]["optimizer"].update(learning_rate=3e-3, warmup_steps=30, decay_steps=470)
+  # 500 steps on 1,200 demonstrations left the model at 0.04 on held-out functions; 2,000 steps
+  # on 4,000, trained on the fixer's successful episodes only, reached 0.367 (seed 0;
+  # docs/experiments.md).
+  values["sft"].update(num_demonstrations=4000, num_steps=2000, batch_size=32,
+                       successful_only=True)
+  values["sft"]["optimizer"].update(learning_rate=3e-3, warmup_steps=30, decay_steps=1970)
   values["grpo"].update(num_steps=40, prompts_per_step=8, group_size=8, microbatch_size=16)
   values["grpo"]["optimizer"].update(learning_rate=5e-4)
   values["eval"].update(every_steps=10, curve_tasks=64, greedy_too=False)
