@@ -17,8 +17,9 @@ of the pid namespace. It builds the run's filesystem and then stays as the names
    reachable from the namespace, by any interface.
 2. It forks the child, which joins the run's cgroups (memory, pids) when the host made them
    (process 1 stays out, so their OOM killer cannot end the run without a status), reads its
-   settings from process 1 on a pipe, sets the resource limits, drops to the unprivileged user (groups cleared, `PR_SET_NO_NEW_PRIVS`, so no
-   set-uid program or file capability can raise it again), installs the seccomp filter of
+   settings from process 1 on a pipe, sets the resource limits, drops to the unprivileged user
+   (groups cleared, `PR_SET_NO_NEW_PRIVS`, so no set-uid program or file capability can raise
+   it again), installs the seccomp filter of
    `_seccomp.py` where the host gave one, takes the run's environment and runs the bootstrap in
    the interpreter it already is (started with the child's flags, `-I -S -B`), which saves a
    second interpreter start on every run.
@@ -331,7 +332,7 @@ SOL_SOCKET, SCM_RIGHTS = 1, 1
 # A worker's descriptors inside its namespaces, whatever their numbers on the host.
 WORKER_FDS = {"stdin": 0, "stdout": 1, "stderr": 2, "report": 3, "channel": 4, "status": 5,
               "go": 6}
-_LIFELINE = 7  # held by process 1 only: its end tells the host the worker ended
+_LIFELINE = 7  # held by the intermediate process only: its end tells the host the worker ended
 _FIRST_FREE = 8
 
 
@@ -392,7 +393,7 @@ def _spawn(spec, fds, modules):
 
 def _zygote(sock_fd, scripts):
   """Serves the pool: each command is a worker's spec and descriptors; answers the pid of the
-  worker's process group (its process 1) or `error <what>`; ends when the host does.
+  worker's process group (its intermediate process) or `error <what>`; ends when the host does.
   `scripts`: files a run may be given as its `main.py`, compiled here once."""
   bootstrap = os.path.join(os.path.dirname(os.path.realpath(__file__)), "_bootstrap.py")
   _COMPILED[bootstrap] = _compile(bootstrap)

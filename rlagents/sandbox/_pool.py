@@ -52,6 +52,8 @@ _ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 # The descriptor numbers a worker's process 1 has (`_init.WORKER_FDS`).
 _WORKER_FDS = {"stdin": 0, "stdout": 1, "stderr": 2, "report": 3, "channel": 4, "status": 5,
                "go": 6}
+# The limit files of a worker's cgroups (v2 and v1 names), written per run.
+_LIMIT_FILES = ("memory.max", "memory.swap.max", "memory.limit_in_bytes", "pids.max")
 
 
 class _Zygote:
@@ -127,17 +129,15 @@ class _Worker:
     lifeline_read, lifeline_write = os.pipe()
     channel_fd = os.open(os.path.join(self.root, "channel"),
                          os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    numbers = _WORKER_FDS
-    self.channel_number = numbers["channel"]  # the channel's descriptor inside the sandbox
     read_only, links = _sandbox._read_only_view()  # pylint: disable=protected-access
     spec = {
         "new_root": self.new_root, "work": self.work, "read_only": read_only,
         "symlinks": links, "cwd": self.root,
         "devices": [d for d in _sandbox._DEVICES if os.path.exists(d)],  # pylint: disable=protected-access
-        "pinned": [], "argv": _sandbox._child_argv(self.work, numbers["report"]),  # pylint: disable=protected-access
+        "pinned": [], "argv": _sandbox._child_argv(self.work, _WORKER_FDS["report"]),  # pylint: disable=protected-access
         "env": {}, "rlimits": [], "uid": uid, "gid": pwd.getpwuid(uid).pw_gid,
-        "wall_seconds": 1.0, "seccomp": None, "status_fd": numbers["status"],
-        "go_fd": numbers["go"],
+        "wall_seconds": 1.0, "seccomp": None, "status_fd": _WORKER_FDS["status"],
+        "go_fd": _WORKER_FDS["go"],
         "cgroup_procs": [os.path.join(d, "cgroup.procs") for d in self.cgroups]}
     self.process = None
     try:
@@ -183,9 +183,6 @@ class _Worker:
     _sandbox._remove_cgroups(self.cgroups)  # pylint: disable=protected-access
     _sandbox._make_removable(self.root)  # pylint: disable=protected-access
     shutil.rmtree(self.root, ignore_errors=True)
-
-
-_LIMIT_FILES = ("memory.max", "memory.swap.max", "memory.limit_in_bytes", "pids.max")
 
 
 def _set_cgroup_limits(files: list[str], limits: _sandbox.SandboxLimits | None) -> None:
@@ -326,7 +323,7 @@ class SandboxPool:
     _set_cgroup_limits(worker.limit_files, limits if use_cgroup else None)
     env = _sandbox._child_env(worker.work, pinned_bytes)  # pylint: disable=protected-access
     if channel:
-      env["SANDBOX_CHANNEL_FD"] = str(worker.channel_number)
+      env["SANDBOX_CHANNEL_FD"] = str(_WORKER_FDS["channel"])
     os.write(worker.stdin_write, stdin)
     worker.close_fd("stdin_write")
     message = marshal.dumps({

@@ -38,6 +38,7 @@ and flag the episode.
 """
 
 import dataclasses
+import functools
 import hashlib
 import marshal
 import os
@@ -457,7 +458,21 @@ def run_python(code: str, *, files: Mapping[str, str | bytes] | None = None,
 
 
 _SCRATCH_MIN_FREE = 1 << 30
-_scratch = []
+
+
+@functools.lru_cache(maxsize=1)
+def _shared_memory_parent() -> str | None:
+  """`/dev/shm` where it is a writable tmpfs with at least 1 GiB free, else None."""
+  try:
+    with open("/proc/self/mounts") as f:
+      tmpfs = any(line.split()[1:3] == ["/dev/shm", "tmpfs"] for line in f)
+    stats = os.statvfs("/dev/shm")
+  except OSError:
+    return None
+  if tmpfs and os.access("/dev/shm", os.W_OK | os.X_OK) and (
+      stats.f_bavail * stats.f_frsize >= _SCRATCH_MIN_FREE):
+    return "/dev/shm"
+  return None
 
 
 def _make_run_directory() -> str:
@@ -468,20 +483,8 @@ def _make_run_directory() -> str:
   Making and removing a run's few files on a disk file system (ext4 here) cost ~1.8 ms a run,
   a quarter of a pooled run. On a tmpfs the files a run writes are memory, charged to the run's
   memory cgroup where it has one, so they count against its memory limit."""
-  if not _scratch:
-    parent = None
-    try:
-      with open("/proc/self/mounts") as f:
-        tmpfs = any(line.split()[1:3] == ["/dev/shm", "tmpfs"] for line in f)
-      stats = os.statvfs("/dev/shm")
-      if tmpfs and os.access("/dev/shm", os.W_OK | os.X_OK) and (
-          stats.f_bavail * stats.f_frsize >= _SCRATCH_MIN_FREE):
-        parent = "/dev/shm"
-    except OSError:
-      pass
-    _scratch.append(parent)
   return tempfile.mkdtemp(prefix="rlagents_sandbox_",
-                          dir=None if "TMPDIR" in os.environ else _scratch[0])
+                          dir=None if "TMPDIR" in os.environ else _shared_memory_parent())
 
 
 def _make_removable(root: str) -> None:
