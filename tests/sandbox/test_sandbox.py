@@ -156,7 +156,7 @@ import _posixsubprocess, os, sys
 started = 0
 def spawn():
   read, write = os.pipe()
-  common = (['/bin/sleep', '30'], [b'/bin/sleep'], True, (), None, None, -1, -1, -1, -1, -1,
+  common = (['/bin/sleep', '{marker}'], [b'/bin/sleep'], True, (), None, None, -1, -1, -1, -1, -1,
             -1, read, write, False, False)
   for tail in ((-1, None, None, None, -1, None, False), (-1, None, None, None, -1, None)):
     try:
@@ -174,13 +174,15 @@ finally:
 """
 
 
-def _processes_of(uid):
+def _sleepers(marker):
+  """How many processes run `/bin/sleep <marker>`: this test's own, never another worker's."""
+  wanted = b"/bin/sleep\0" + marker.encode() + b"\0"
   count = 0
   for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
-      if os.stat(f"/proc/{pid}").st_uid == uid:
-        count += 1
-    except FileNotFoundError:
+      with open(f"/proc/{pid}/cmdline", "rb") as f:
+        count += f.read() == wanted
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
       pass
   return count
 
@@ -188,10 +190,10 @@ def _processes_of(uid):
 @pytest.mark.skipif(os.geteuid() != 0, reason="RLIMIT_NPROC binds per user; needs the drop to "
                     "an unprivileged user, which needs root")
 def test_a_fork_bomb_past_the_audit_hook_is_stopped_by_rlimit_nproc(canary):
-  import pwd  # pylint: disable=g-import-not-at-top
-  nobody = pwd.getpwnam(LIMITS.drop_to_user).pw_uid
-  before = _processes_of(nobody)
-  result = _run(_UNAUDITED_FORK_BOMB)
+  # Sleepers of a duration no other process uses, so a run beside this one (another xdist
+  # worker's) is never counted.
+  marker = f"30.{os.getpid()}{time.monotonic_ns() % 10**6}"
+  result = _run(_UNAUDITED_FORK_BOMB.replace("{marker}", marker))
   # The hook saw nothing (no "process" report on its channel); the kernel refused the fork.
   assert not any(v.kind == "process" and v.detail.startswith(("os.", "subprocess"))
                  for v in result.violations), result.violations
@@ -202,9 +204,9 @@ def test_a_fork_bomb_past_the_audit_hook_is_stopped_by_rlimit_nproc(canary):
   assert 0 < started < LIMITS.max_processes
   # The whole process group was killed at the end: no sleeper survives the run.
   deadline = time.monotonic() + 2
-  while _processes_of(nobody) > before and time.monotonic() < deadline:
+  while _sleepers(marker) and time.monotonic() < deadline:
     time.sleep(0.05)
-  assert _processes_of(nobody) <= before
+  assert _sleepers(marker) == 0
 
 
 @pytest.mark.parametrize("bomb", ["x = bytearray(2**33)",
