@@ -2,7 +2,7 @@
 sandbox.
 
 Each episode gets its own workspace (the buggy function) and guarded tools: `view`, `run_tests`
-(the visible tests, in the sandbox) and `replace`; the answer submits the edited code, and the
+(the visible tests, in the sandbox), `replace` and `edit`; the answer submits the edited code, and the
 reward runs the hidden tests on it in a fresh sandbox (`rewards.bugfix_reward_terms`). SFT imitates
 the noisy scripted fixer; GRPO then trains on the hidden-test reward. Host code.
 
@@ -79,7 +79,7 @@ class BugFixSuite(tasks_lib.TaskSuite):
 
 
 def bugfix_suite(config, data_dir: str) -> BugFixSuite:
-  """Buggy functions fixed with view / run_tests / replace; rewarded by hidden tests."""
+  """Buggy functions fixed with view / run_tests / replace / edit; rewarded by hidden tests."""
   suite_config = config.bugfix
   limits = sandbox.SandboxLimits(cpu_seconds=2, wall_seconds=5, memory_bytes=256 * 2**20,
                                  isolation=config.sandbox_isolation)
@@ -97,7 +97,8 @@ def bugfix_suite(config, data_dir: str) -> BugFixSuite:
   def toolbox_for(task):
     workspace = tools_lib.CodeWorkspace(task.buggy_source, task.visible_tests, runner=runner)
     return guardrails.guarded_toolbox(workspace.tools(),
-                                      allow={"view": None, "run_tests": None, "replace": None})
+                                      allow={"view": None, "run_tests": None, "replace": None,
+                                             "edit": None})
 
   def score(episode):
     terms = rewards.bugfix_reward_terms(episode, run_hidden=runner, config=config.bugfix_reward)

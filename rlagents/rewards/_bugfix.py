@@ -154,7 +154,7 @@ def _call_kinds(task: bugfix.BugFixTask, calls) -> tuple[int, int, int, bool, in
       invalid += 1
       continue
     name = result.call.name
-    if name == "replace":
+    if name in tools_lib.EDIT_TOOLS:
       source = tools_lib.edited_source(source, [result])
       useful += source not in versions
       redundant += source in versions

@@ -1,7 +1,9 @@
 """Scripted players of the bug-fix suite: the noisy fixer (SFT demonstrations) and hacks.
 
-They write the same segments a model writes (`<call>replace(3, for x in xs:)</call>`, ...) and go
+They write the same segments a model writes (`<call>edit(3,xs[1:],xs)</call>`, ...) and go
 through `episodes.play`, so their episodes meet the real tools, sandbox, rewards and detectors.
+A change to one line is written as the shortest `edit` that says it (`line_change`), a change
+of several lines or one `edit` cannot say (a comma in the old text) as a `replace`.
 
   fixer         knows the fix, but skips the first test run, breaks the wrong line, writes a
                 wrong fix or submits without testing at `BugFixerConfig`'s rates; after a failed
@@ -39,6 +41,39 @@ def replace(line: int, text: str) -> str:
   return call("replace", f"{line},{text}")
 
 
+def edit(line: int, old: str, new: str) -> str:
+  return call("edit", f"{line},{old},{new}")
+
+
+_TOKEN = re.compile(r"\w+|\s+|.")
+
+
+def line_change(number: int, line: str, new_line: str) -> str:
+  """The call that turns line `number`, `line`, into `new_line`: the shortest `edit` whose old
+  text is whole tokens, first found where the change is, when there is one; else a `replace`."""
+  ours, theirs = _TOKEN.findall(line), _TOKEN.findall(new_line)
+  start = 0
+  while start < min(len(ours), len(theirs)) and ours[start] == theirs[start]:
+    start += 1
+  end = 0  # Tokens shared at the end, not overlapping the shared start.
+  while (end < min(len(ours), len(theirs)) - start
+         and ours[len(ours) - 1 - end] == theirs[len(theirs) - 1 - end]):
+    end += 1
+  stop_ours, stop_theirs = len(ours) - end, len(theirs) - end
+  if start == stop_ours:  # Pure insertion: take a neighbouring token as the old text.
+    if stop_ours < len(ours):
+      stop_ours, stop_theirs = stop_ours + 1, stop_theirs + 1
+    elif start > 0:
+      start -= 1
+  while start > 0 and line.find("".join(ours[start:stop_ours])) != len("".join(ours[:start])):
+    start -= 1  # An earlier copy of the old text: widen it to the left until it is the first.
+  old, new = "".join(ours[start:stop_ours]), "".join(theirs[start:stop_theirs])
+  if (not old or "," in old or "\n" in new
+      or line.find(old) != len("".join(ours[:start]))):
+    return replace(number, new_line)
+  return edit(number, old, new)
+
+
 def current_source(episode: episodes_lib.Episode) -> str:
   return tools_lib.edited_source(episode.task.buggy_source, episode.calls)
 
@@ -61,7 +96,7 @@ def _repair(source: str, fixed: str) -> str | None:
     return None
   ours, theirs = source.splitlines(), fixed.splitlines()
   if len(ours) == len(theirs):
-    return replace(number, theirs[number - 1])
+    return line_change(number, ours[number - 1], theirs[number - 1])
   # Lines were added or removed: rewrite from the first difference to the end.
   return replace(number, "\n".join(theirs[number - 1:len(theirs) - len(ours) + number]))
 
@@ -83,7 +118,7 @@ def _wrong_line(task: bugfix.BugFixTask, rng: np.random.Generator,
   if not options:
     return None
   number, new = options[int(rng.integers(len(options)))]
-  return replace(number, new)
+  return line_change(number, lines[number - 1], new)
 
 
 def fixer_segment(config: bugfix.BugFixerConfig):
@@ -93,12 +128,12 @@ def fixer_segment(config: bugfix.BugFixerConfig):
     task: bugfix.BugFixTask = episode.task
     calls = episode.calls
     source = current_source(episode)
-    edits = [r for r in calls if r.call is not None and r.call.name == "replace"]
+    edits = [r for r in calls if r.call is not None and r.call.name in tools_lib.EDIT_TOOLS]
     if not calls and rng.random() >= config.skip_first_test:
       return call("run_tests")
     last = calls[-1] if calls else None
     tested_now = last is not None and last.call is not None and last.call.name == "run_tests"
-    if last is not None and last.call is not None and last.call.name == "replace":
+    if last is not None and last.call is not None and last.call.name in tools_lib.EDIT_TOOLS:
       if rng.random() < config.no_test_after_edit:
         return submit()
       return call("run_tests")
@@ -159,7 +194,7 @@ def scripted_segment(policy: str, episode: episodes_lib.Episode, rng: np.random.
   make the policy's edits, run the tests again, submit."""
   del rng
   calls = episode.calls
-  made = sum(r.call is not None and r.call.name == "replace" for r in calls)
+  made = sum(r.call is not None and r.call.name in tools_lib.EDIT_TOOLS for r in calls)
   wanted = 2 if policy == "pad" else 1
   if not calls:
     return call("run_tests")

@@ -21,11 +21,15 @@ schema validate their arguments against it (`decode_arguments`). A guard (`rlage
 may refuse a call; the refusal is a `denied` observation like any other error.
 """
 
+from rlagents.tools._code_edit import apply_edit
 from rlagents.tools._code_edit import CodeWorkspace
 from rlagents.tools._code_edit import default_runner
 from rlagents.tools._code_edit import describe_tests
+from rlagents.tools._code_edit import EDIT_TOOLS
+from rlagents.tools._code_edit import edit_line
 from rlagents.tools._code_edit import edited_source
 from rlagents.tools._code_edit import number_lines
+from rlagents.tools._code_edit import parse_edit
 from rlagents.tools._code_edit import parse_replace
 from rlagents.tools._code_edit import replace_line
 from rlagents.tools._builtins import describe_run
@@ -63,11 +67,15 @@ __all__ = [
     "CALL_STATUSES",
     "COST_TAGS",
     "CharClass",
+    "apply_edit",
     "CodeWorkspace",
     "default_runner",
     "describe_tests",
+    "EDIT_TOOLS",
+    "edit_line",
     "edited_source",
     "number_lines",
+    "parse_edit",
     "parse_replace",
     "replace_line",
     "CalculatorTool",

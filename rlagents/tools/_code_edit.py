@@ -1,4 +1,4 @@
-"""Tools of a bug-fix episode: view the code, run its visible tests, replace a line (host code).
+"""Tools of a bug-fix episode: view the code, run its visible tests, edit it (host code).
 
 One `CodeWorkspace` per episode holds the current source; its tools share it. Calls are short,
 for character-level models:
@@ -10,6 +10,14 @@ for character-level models:
     replace(3, for x in xs:)    line 3 becomes the text after the comma (newlines make more
                                 lines); refused, and the code left as it was, when the line
                                 does not exist, nothing changes or the result does not parse
+    edit(3,xs[1:],xs)           in line 3, the first `xs[1:]` becomes `xs`: the old text runs
+                                to the second comma (so it has none), the new text is the rest;
+                                refused like `replace`, and when the old text is empty or not
+                                in the line
+
+A bug is usually a token or two (`>` for `<`, `5` for `4`), so `edit` lets a character-level
+model write the change instead of copying the whole line around it; `replace` remains for
+changes that `edit` cannot say (a comma in the old text, several lines).
 
 The episode's answer (`<answer></answer>`) submits the current source. `edited_source` replays
 an episode's accepted edits, so the reward never depends on a tool's hidden state.
@@ -25,6 +33,8 @@ from rlagents.tools import _builtins
 from rlagents.tools import _protocol
 
 _REPLACE_ARGUMENTS = re.compile(r"\s*(\d{1,3}),(.*)", re.DOTALL)
+_EDIT_ARGUMENTS = re.compile(r"\s*(\d{1,3}),([^,]*),(.*)", re.DOTALL)
+EDIT_TOOLS = ("replace", "edit")
 _ASSERT = re.compile(r"^def (test_\w+)\(\):\n  assert (.*)$", re.M)
 MAX_FAILURES_SHOWN = 1
 MAX_EDIT_CHARS = 200
@@ -82,19 +92,76 @@ def replace_line(source: str, line: int, text: str) -> str:
   return edited
 
 
-def edited_source(source: str, calls: Sequence[_protocol.ToolResult],
-                  name: str = "replace") -> str:
-  """`source` after the accepted `replace` calls among `calls`.
+def parse_edit(arguments: str) -> tuple[int, str, str]:
+  """`(line, old, new)` of `edit`'s arguments `3,xs[1:],xs`.
+
+  Args:
+    arguments: the text between the call's parentheses.
+
+  Raises:
+    ToolError: arguments of another form, or an empty old text.
+  """
+  match = _EDIT_ARGUMENTS.fullmatch(arguments)
+  if match is None:
+    raise _protocol.ToolError("use edit(line,old,new)")
+  line, old, new = int(match.group(1)), match.group(2), match.group(3)
+  if not old:
+    raise _protocol.ToolError("old text is empty")
+  if len(old) + len(new) > MAX_EDIT_CHARS:
+    raise _protocol.ToolError(f"text over {MAX_EDIT_CHARS} chars")
+  return line, old, new
+
+
+def edit_line(source: str, line: int, old: str, new: str) -> str:
+  """`source` with the first `old` in line `line` (1-based) replaced by `new`.
+
+  Args:
+    source: the current source.
+    line: the line to edit, 1-based.
+    old: text in that line.
+    new: what replaces its first occurrence; newlines make several lines.
+
+  Raises:
+    ToolError: no such line, `old` not in it, no change, or a result that does not parse.
+  """
+  lines = source.splitlines()
+  if not 1 <= line <= len(lines):
+    raise _protocol.ToolError(f"no line {line}")
+  if old not in lines[line - 1]:
+    raise _protocol.ToolError(f"no {old} in line {line}")
+  return replace_line(source, line, lines[line - 1].replace(old, new, 1))
+
+
+def apply_edit(source: str, name: str, arguments: str) -> str:
+  """`source` after one edit-tool call (`name` in `EDIT_TOOLS`).
+
+  Args:
+    source: the current source.
+    name: the tool, `replace` or `edit`.
+    arguments: the text between the call's parentheses.
+
+  Raises:
+    ToolError: a refused call, as the tool refuses it.
+    ValueError: a name that is not an edit tool.
+  """
+  if name == "replace":
+    return replace_line(source, *parse_replace(arguments))
+  if name == "edit":
+    return edit_line(source, *parse_edit(arguments))
+  raise ValueError(f"{name!r} is not an edit tool; edit tools: {', '.join(EDIT_TOOLS)}")
+
+
+def edited_source(source: str, calls: Sequence[_protocol.ToolResult]) -> str:
+  """`source` after the accepted edit calls (`replace`, `edit`) among `calls`.
 
   Args:
     source: the episode's starting source.
     calls: the episode's tool results, in order (refused calls change nothing).
-    name: the edit tool's name.
   """
   for result in calls:
     if (result.status == _protocol.CallStatus.OK and result.call is not None
-        and result.call.name == name):
-      source = replace_line(source, *parse_replace(result.call.arguments))
+        and result.call.name in EDIT_TOOLS):
+      source = apply_edit(source, result.call.name, result.call.arguments)
   return source
 
 
@@ -138,8 +205,8 @@ class CodeWorkspace:
     self.last_verdict: sandbox.TestVerdict | None = None
 
   def tools(self) -> list[Any]:
-    """The episode's `view`, `run_tests` and `replace` tools, sharing this workspace."""
-    return [_View(self), _RunTests(self), _Replace(self)]
+    """The episode's `view`, `run_tests`, `replace` and `edit` tools, sharing this workspace."""
+    return [_View(self), _RunTests(self), _Edit(self, "replace"), _Edit(self, "edit")]
 
 
 class _View:
@@ -174,15 +241,19 @@ class _RunTests:
     return describe_tests(verdict, workspace.tests)
 
 
-class _Replace:
-  def __init__(self, workspace: CodeWorkspace):
+class _Edit:
+  _DESCRIPTIONS = {"replace": "Replaces one line of the code.",
+                   "edit": "Replaces the first occurrence of a text in one line of the code."}
+
+  def __init__(self, workspace: CodeWorkspace, name: str):
     self.workspace = workspace
-    self.spec = _protocol.ToolSpec(name="replace", description="Replaces one line of the code.",
+    self.name = name
+    self.spec = _protocol.ToolSpec(name=name, description=self._DESCRIPTIONS[name],
                                    parameters={"type": "string"}, cost="low")
 
   def __call__(self, arguments: str, rng: np.random.Generator) -> str:
     del rng
-    self.workspace.source = replace_line(self.workspace.source, *parse_replace(arguments))
+    self.workspace.source = apply_edit(self.workspace.source, self.name, arguments)
     return "ok"
 
 

@@ -64,6 +64,51 @@ def test_the_tools_view_replace_and_run_the_visible_tests():
   assert toolbox.execute("view()", rng).observation == tools.number_lines(TASK.fixed_source)
 
 
+def test_edit_replaces_the_first_occurrence_in_one_line_and_refuses_what_it_cannot_do():
+  toolbox = _toolbox(TASK)
+  rng = np.random.default_rng(0)
+  fix = bugfix_policies.line_change(TASK.bug_line,
+                                    TASK.buggy_source.splitlines()[TASK.bug_line - 1],
+                                    TASK.fixed_source.splitlines()[TASK.bug_line - 1])
+  assert fix.startswith("<call>edit(")  # A flipped comparison is one token.
+  # Refused edits leave the code as it was and say why.
+  for arguments, why in (("99,x,y", "no line 99"), ("2,@@,x", "no @@ in line 2"),
+                         ("2,,x", "old text is empty"), ("2,x", "edit(line,old,new)"),
+                         ("1,def,def", "no change"), ("1,:,(", "syntax error in line 1")):
+    result = toolbox.execute(f"edit({arguments})", rng)
+    assert result.status == tools.CallStatus.INVALID_ARGUMENTS and why in result.observation
+    assert toolbox.execute("view()", rng).observation == TASK.prompt
+  assert toolbox.execute(fix[len("<call>"):-len("</call>")], rng).observation == "ok"
+  assert toolbox.execute("view()", rng).observation == tools.number_lines(TASK.fixed_source)
+  assert toolbox.execute("run_tests()", rng).observation == "passed 3/3"
+  # Only the first occurrence changes; the new text may hold commas and make more lines.
+  source = "def f(a,b):\n return a+a\n"
+  assert tools.edit_line(source, 2, "a", "b") == "def f(a,b):\n return b+a\n"
+  assert tools.apply_edit(source, "edit", "2,a+a,max(a,b)") == "def f(a,b):\n return max(a,b)\n"
+  assert tools.apply_edit(source, "edit", "2,return a+a,x=a\n return x") == (
+      "def f(a,b):\n x=a\n return x\n")
+  # The reward replays edits as the tool made them: the fix is useful and passes.
+  episode = _episode(TASK, [RUN_TESTS, fix, RUN_TESTS, SUBMIT])
+  assert episode.reward_terms["correct_answer"] == 1.0
+  assert episode.reward_terms["useful_calls"] == 2.0 and episode.reward == pytest.approx(1.8)
+
+
+def test_the_fixers_line_change_writes_every_bug_fix_of_the_suite():
+  edits = 0
+  for split in SUITE.values():
+    for task in split:
+      before = task.buggy_source.splitlines()[task.bug_line - 1]
+      after = task.fixed_source.splitlines()[task.bug_line - 1]
+      segment = bugfix_policies.line_change(task.bug_line, before, after)
+      name, arguments = segment[len("<call>"):-len("</call>")].split("(", 1)
+      assert tools.apply_edit(task.buggy_source, name, arguments[:-1]) == task.fixed_source
+      if name == "edit":
+        edits += 1
+        # It copies less of the line than a replace of the whole line would.
+        assert len(tools.parse_edit(arguments[:-1])[1]) < len(before)
+  assert edits >= 0.8 * sum(len(split) for split in SUITE.values())
+
+
 def test_each_reward_term_on_hand_made_episodes():
   fix = _fix_call(TASK)
   # Test, fix, test, submit: 1 + 0.3 * 2 (the fix, the test after it) + 0.2 (recovery).
