@@ -39,6 +39,7 @@ from rlagents.tasks.scripted_policies import POLICIES
 from rlagents.world_models import ImaginationConfig
 
 ROLLOUT_MODES = ("host", "jit")
+RL_TASKS = ("all", "unseen_by_sft")
 RL_MODES = ("sync", "async")
 
 
@@ -379,6 +380,11 @@ class AgentJobConfig:
       of every process on the `data` axis; `fsdp > 1` also splits large parameters and their
       optimizer state. Rollouts sample on each process's first device.
     rl: sync or async scheduling of the online RL phase (`RLLoopConfig`).
+    rl_tasks: the training tasks the RL phase draws its prompts from: "all" of the train
+      split, or "unseen_by_sft", those after the first `sft.num_demonstrations` (the ones
+      SFT's demonstrations were played on), so that RL rewards what carries to functions the
+      policy never imitated rather than recall of the ones it did. The train split must then
+      hold more tasks than that, by a step's prompts at least.
     selfplay: `algorithm='grpo_selfplay'`: the proposals' share of each step, the proposer's
       reward and its warm start (`SelfPlayConfig`).
     sandbox_isolation: how suites that run untrusted code isolate it (`sandbox.SandboxLimits`):
@@ -425,6 +431,7 @@ class AgentJobConfig:
   mesh: MeshConfig = MeshConfig()
   sandbox_isolation: str = "kernel"
   rl: RLLoopConfig = RLLoopConfig()
+  rl_tasks: str = "all"
   selfplay: SelfPlayConfig = SelfPlayConfig()
 
   def __post_init__(self):
@@ -451,6 +458,8 @@ class AgentJobConfig:
       raise ValueError(f"tool_failure_rate must be in [0, 1), got {self.tool_failure_rate}")
     if self.checkpoint_every < 1 or self.log_every < 1:
       raise ValueError("checkpoint_every and log_every must be >= 1")
+    if self.rl_tasks not in RL_TASKS:
+      raise ValueError(f"rl_tasks must be one of {', '.join(RL_TASKS)}, got {self.rl_tasks!r}")
     if self.sandbox_isolation not in ("kernel", "hook"):
       raise ValueError(f"sandbox_isolation must be 'kernel' or 'hook' (weaker, explicit), got "
                        f"{self.sandbox_isolation!r}")

@@ -100,6 +100,12 @@ def _prepare_run(config: _config.AgentJobConfig, workdir: str) -> job_lib.Job:
   if rl.online and "calibration" not in job.suite.eval_splits:
     raise job_lib.JobError(f"task suite {job.suite.name!r} has no 'calibration' split: the "
                            f"proxy-drift monitor of {rl.name} needs one")
+  unseen = len(job.suite.splits["train"]) - config.sft.num_demonstrations
+  if rl.online and config.rl_tasks == "unseen_by_sft" and unseen < 1:
+    raise job_lib.JobError(
+        f"rl_tasks='unseen_by_sft': the train split ({len(job.suite.splits['train'])} tasks) "
+        f"holds none beyond the {config.sft.num_demonstrations} SFT's demonstrations are "
+        f"played on; enlarge the train split or lower sft.num_demonstrations")
   if jax.process_index() == 0:
     job.tokenizer.save_pretrained(os.path.join(workdir, "tokenizer"))
   return job

@@ -177,3 +177,23 @@ def test_the_drift_alarm_fires_when_the_reward_is_a_proxy(tmp_path, monkeypatch)
   assert max(calibration) == 0.0
   assert report["proxy_drift"]["points"] == 3
   assert report["proxy_drift"]["alarm_steps"], report["proxy_drift"]
+
+
+@pytest.mark.parametrize("rl_tasks", ["all", "unseen_by_sft"])
+def test_rl_draws_its_prompts_from_the_tasks_sft_did_not_see_when_asked(rl_tasks):
+  import types  # pylint: disable=g-import-not-at-top
+  config = pipeline.config_from_dict({"rl_tasks": rl_tasks, "sft": {"num_demonstrations": 30}})
+  train = list(range(40))  # Task i is the i-th of the split; SFT plays the first 30.
+  job = types.SimpleNamespace(config=config, suite=types.SimpleNamespace(splits={"train": train}))
+  rng = np.random.default_rng(0)
+  drawn = [pipeline.phases.Phase.draw_tasks(job, rng, 8) for _ in range(50)]
+  assert all(len(set(tasks)) == 8 for tasks in drawn)
+  seen = set().union(*drawn)
+  if rl_tasks == "all":
+    assert seen == set(train)
+  else:
+    assert seen == set(range(30, 40))
+    with pytest.raises(pipeline.phases.PhaseError, match="enlarge the train split"):
+      pipeline.phases.Phase.draw_tasks(job, rng, 11)
+  with pytest.raises(pipeline.ConfigError, match="rl_tasks must be one of all, unseen_by_sft"):
+    pipeline.config_from_dict({"rl_tasks": "heldout"})

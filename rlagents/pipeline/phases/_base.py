@@ -157,9 +157,20 @@ class Phase:
 
   @staticmethod
   def draw_tasks(job, rng: np.random.Generator, count: int) -> list[Any]:
-    """`count` distinct training tasks drawn with `rng`."""
+    """`count` distinct training tasks drawn with `rng`: from the whole train split, or with
+    `rl_tasks='unseen_by_sft'` from those SFT's demonstrations were not played on.
+
+    Raises:
+      PhaseError: fewer tasks to draw from than `count`.
+    """
     train = job.suite.splits["train"]
-    return [train[i] for i in rng.choice(len(train), count, replace=False)]
+    start = job.config.sft.num_demonstrations if job.config.rl_tasks == "unseen_by_sft" else 0
+    if len(train) - start < count:
+      raise PhaseError(
+          f"rl_tasks={job.config.rl_tasks!r}: {max(len(train) - start, 0)} training tasks to "
+          f"draw {count} prompts from (train split {len(train)}, sft.num_demonstrations "
+          f"{job.config.sft.num_demonstrations}); enlarge the train split")
+    return [train[start + i] for i in rng.choice(len(train) - start, count, replace=False)]
 
 
 def policy_batch(rollout: episodes_lib.RolloutBatch) -> dict[str, np.ndarray]:
