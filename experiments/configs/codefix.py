@@ -5,9 +5,9 @@ Run (about 30 minutes on 2 CPU cores; see docs/experiments.md for the measured f
     python -m experiments.train_agent --workdir=/tmp/rlagents_codefix --config=experiments/configs/codefix.py
 
 The agent reads a small buggy function with numbered lines (`3| for x in xs[1:]:`), may call
-`view()`, `run_tests()` (the three visible tests, in the sandbox) and `replace(3, for x in xs:)`,
-and submits with `<answer></answer>`; the reward runs the hidden tests (edge cases included) in a
-fresh sandbox, pays useful calls and recovery, charges redundant and invalid calls, and zeroes
+`view()`, `run_tests()` (the three visible tests, in the sandbox), `replace(3, for x in xs:)`
+and `edit(3,xs[2:],xs[1:])`, and submits with `<answer></answer>`; the reward runs the hidden
+tests (edge cases included) in a fresh sandbox, pays useful calls and recovery, charges redundant and invalid calls, and zeroes
 tampering with the tests or the runner and special-casing of the visible inputs, each flagged
 (`rewards.bugfix_reward_terms`). The report has success on `heldout` (functions never trained
 on), `heldout_ood` (bug families never trained on) and `calibration` for the fixer, SFT and GRPO,

@@ -53,6 +53,10 @@ _CALIBRATION_FRACTION = 0.15
 _MAX_TRACE_EVENTS = 20000
 _MAX_SIZE = 1000
 _NUM_VISIBLE = 3
+# Draws in a row that add no task before the suite is taken to be exhausted: the templates hold
+# about 1,650 functions, and a size past what they hold would otherwise spin through
+# `50 * size` draws (tens of minutes). The 4,000-task training split's longest run is 205.
+_MAX_DRAWS_WITHOUT_A_TASK = 2000
 
 # (kind, function names, source with {f} the name, {a} the parameter and {k}, {m} constants).
 # Kinds: L list of ints, L1 non-empty list, N int >= 0, NN two ints >= 0, S string, S1 non-empty
@@ -486,13 +490,15 @@ def generate_suite(config: BugFixSuiteConfig) -> dict[str, list[BugFixTask]]:
   tasks = {split: [] for split in SPLITS}
   seen_functions, seen_bugs = set(), set()
   ood = set(config.ood_families)
-  attempts = 0
+  attempts = last_added = 0
   max_attempts = 50 * sum(sizes.values())
   while any(len(tasks[s]) < sizes[s] for s in SPLITS):
     attempts += 1
-    if attempts > max_attempts:
-      short = [s for s in SPLITS if len(tasks[s]) < sizes[s]]
-      raise RuntimeError(f"could not draw enough bug-fix tasks for splits {short}; ask for fewer")
+    if attempts > max_attempts or attempts - last_added > _MAX_DRAWS_WITHOUT_A_TASK:
+      short = ", ".join(f"{s} ({len(tasks[s])} of {sizes[s]})" for s in SPLITS
+                        if len(tasks[s]) < sizes[s])
+      raise RuntimeError(f"could not draw enough bug-fix tasks for splits {short}: the "
+                         f"templates hold no more distinct ones; ask for fewer")
     kind, name, fixed = _function_candidates(rng, int(rng.integers(len(_TEMPLATES))))
     function_split = _records.split_of(fixed, _HELDOUT_FRACTION, _CALIBRATION_FRACTION)
     first_time = fixed not in seen_functions
@@ -513,6 +519,7 @@ def generate_suite(config: BugFixSuiteConfig) -> dict[str, list[BugFixTask]]:
       if taken >= (2 if first_time else 1):
         break
       seen_bugs.add(task.buggy_source)
+      last_added = attempts
       tasks[split].append(dataclasses.replace(
           task, split=split, task_id=_records.task_id(split, task.buggy_source)))
       taken += 1

@@ -125,3 +125,13 @@ def test_a_record_with_a_bad_test_names_it():
   record.pop("hidden_tests")
   with pytest.raises(ValueError, match="missing field"):
     bugfix.from_record(record)
+
+
+def test_a_size_past_what_the_templates_hold_fails_fast_and_says_so(monkeypatch):
+  # Swapped arguments fit few templates: a thousand such bugs do not exist. The check that ends
+  # the search is the run of draws that add nothing (2,000 by default, 30 here for speed).
+  monkeypatch.setattr(bugfix, "_MAX_DRAWS_WITHOUT_A_TASK", 30)
+  config = bugfix.BugFixSuiteConfig(num_train=4, num_heldout=4, num_calibration=4,
+                                    num_heldout_ood=1000, ood_families=("swapped_arguments",))
+  with pytest.raises(RuntimeError, match=r"heldout_ood \(\d+ of 1000\).*ask for fewer"):
+    bugfix.generate_suite(config)
