@@ -30,9 +30,11 @@ agent's) under a step limit, so a mutation that loops forever is discarded, not 
 """
 
 import dataclasses
+import io
 import re
 import string
 import sys
+import tokenize
 from typing import Any, Callable
 
 import numpy as np
@@ -154,6 +156,11 @@ _TEMPLATES = (
 _PARAMETERS = {"L": ("xs", "nums", "v"), "L1": ("xs", "nums", "v"), "LN": ("xs", "nums", "v"),
                "N": ("n", "x", "m"), "NN": ("a", "x", "m"), "S": ("s", "w", "t"),
                "S1": ("s", "w", "t"), "D": ("d", "dd", "cnt")}
+# Names `BugFixSuiteConfig.rename_variables` draws a function's parameters and locals from.
+_VARIABLE_NAMES = ("a", "b", "c", "d", "e", "g", "h", "j", "k", "m", "n", "p", "q", "r", "s",
+                   "t", "u", "v", "w", "x", "y", "z", "xs", "ys", "vals", "nums", "acc",
+                   "tot", "res", "cur", "best", "cnt", "idx", "item", "val", "num", "arr",
+                   "seq", "lst", "data", "word", "text", "key", "out")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -189,6 +196,10 @@ class BugFixSuiteConfig:
     num_train, num_heldout, num_heldout_ood, num_calibration: tasks per split.
     ood_families: bug families held out of train, heldout and calibration; `heldout_ood` holds
       only them. Non-empty, and at least one family must stay in distribution.
+    rename_variables: give each function's parameters and local variables names drawn from
+      44 (`xs`, `acc`, `k`, ...) instead of the template's own, so the suite holds far more
+      distinct functions than the templates' ~1,650 and a policy cannot fix held-out ones
+      by recalling a training function it imitated under another name.
     fixer: the noisy scripted fixer (its settings do not change the data).
   """
   seed: int = 0
@@ -197,6 +208,7 @@ class BugFixSuiteConfig:
   num_heldout_ood: int = 200
   num_calibration: int = 200
   ood_families: tuple[str, ...] = ("wrong_variable", "swapped_arguments")
+  rename_variables: bool = False
   fixer: BugFixerConfig = BugFixerConfig()
 
   def __post_init__(self):
@@ -430,14 +442,44 @@ def _tests(name: str, cases: list[str], values: list[Any]) -> str:
   return "".join(lines)
 
 
-def _function_candidates(rng: np.random.Generator, index: int):
+def rename_variables(source: str, mapping: dict[str, str]) -> str:
+  """`source` with each name in `mapping` replaced where it is a name (not an attribute such
+  as `.get`, not inside a string)."""
+  lines = source.splitlines(keepends=True)
+  edits, previous = [], None
+  for token in tokenize.generate_tokens(io.StringIO(source).readline):
+    if (token.type == tokenize.NAME and token.string in mapping
+        and not (previous is not None and previous.string == ".")):
+      edits.append((token.start, token.end, mapping[token.string]))
+    if token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+      previous = token
+  for (row, start), (_, end), new in reversed(edits):
+    lines[row - 1] = lines[row - 1][:start] + new + lines[row - 1][end:]
+  return "".join(lines)
+
+
+def _variables(source: str) -> list[str]:
+  """The parameters, assigned names and loop variables of a function, in order."""
+  return list(dict.fromkeys(local_names(source)
+                            + re.findall(r"\bfor ([a-z_]\w*) in\b", source)))
+
+
+def _function_candidates(rng: np.random.Generator, index: int, rename: bool = False):
   """One instance of template `index`: (kind, name, fixed source)."""
   kind, names, template = _TEMPLATES[index]
   name = names[int(rng.integers(len(names)))]
   parameter = _PARAMETERS[kind][int(rng.integers(len(_PARAMETERS[kind])))]
   k = int(rng.integers(1, 6))
   m = k + int(rng.integers(2, 9))
-  return kind, name, template.format(f=name, a=parameter, k=k, m=m)
+  source = template.format(f=name, a=parameter, k=k, m=m)
+  if rename:
+    variables = _variables(source)
+    others = {t.string for t in tokenize.generate_tokens(io.StringIO(source).readline)
+              if t.type == tokenize.NAME} - set(variables)
+    pool = [n for n in _VARIABLE_NAMES if n not in others]
+    chosen = rng.choice(len(pool), len(variables), replace=False)
+    source = rename_variables(source, {v: pool[i] for v, i in zip(variables, chosen)})
+  return kind, name, source
 
 
 def bug_candidates(fixed: str, name: str, kind: str, rng: np.random.Generator,
@@ -499,7 +541,8 @@ def generate_suite(config: BugFixSuiteConfig) -> dict[str, list[BugFixTask]]:
                         if len(tasks[s]) < sizes[s])
       raise RuntimeError(f"could not draw enough bug-fix tasks for splits {short}: the "
                          f"templates hold no more distinct ones; ask for fewer")
-    kind, name, fixed = _function_candidates(rng, int(rng.integers(len(_TEMPLATES))))
+    kind, name, fixed = _function_candidates(rng, int(rng.integers(len(_TEMPLATES))),
+                                             config.rename_variables)
     function_split = _records.split_of(fixed, _HELDOUT_FRACTION, _CALIBRATION_FRACTION)
     first_time = fixed not in seen_functions
     seen_functions.add(fixed)
