@@ -222,8 +222,16 @@ class Checkpointer:
       self._manager.reload()
 
   def close(self) -> None:
-    """Waits for the save in flight and releases Orbax's resources."""
+    """Waits for the save in flight and the removal of unfinished saves, and releases Orbax's
+    resources."""
     self._manager.wait_until_finished()
+    # Orbax removes unfinished saves in the background from construction on and awaits that
+    # only before a save, not in `close`: a checkpointer opened and closed without saving
+    # could otherwise still delete a `<step>.orbax-checkpoint-tmp` directory afterwards (a
+    # test saw one vanish while it was being written).
+    cleanup = getattr(self._manager, "_cleanup_tmp_directory_future", None)
+    if cleanup is not None:
+      cleanup.result()
     self._manager.close()
 
   def __enter__(self) -> "Checkpointer":

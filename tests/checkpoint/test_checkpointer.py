@@ -250,3 +250,13 @@ def test_typed_prng_keys_round_trip(tmp_path):
     restored = ckpt.restore_latest(target).state
   np.testing.assert_array_equal(jax.random.key_data(restored["key"]),
                                 jax.random.key_data(state["key"]))
+
+
+def test_closing_waits_for_the_removal_of_unfinished_saves(tmp_path):
+  # A closed checkpointer deletes nothing afterwards: what it removes is gone by `close`.
+  _saved(str(tmp_path), [1]).close()
+  for attempt in range(5):
+    partial = tmp_path / f"{attempt + 2}.orbax-checkpoint-tmp"
+    shutil.copytree(tmp_path / "1", partial)
+    checkpoint.Checkpointer(str(tmp_path)).close()
+    assert sorted(os.listdir(tmp_path)) == ["1"]
