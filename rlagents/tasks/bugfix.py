@@ -173,11 +173,16 @@ class BugFixerConfig:
       (it then sees the tests fail, if it runs them, and fixes the right line).
     wrong_fix: probability its first edit of the buggy line writes a wrong line.
     no_test_after_edit: probability it submits right after an edit without testing it.
+    search_constants: probability that on a wrong constant it does not use what it knows of
+      the fix's direction: its first edit moves the constant one up or one down at random,
+      so half the time the other way, which the tests then show (a search a policy can learn,
+      where the oracle's direction is arithmetic it cannot see).
   """
   skip_first_test: float = 0.3
   wrong_line: float = 0.3
   wrong_fix: float = 0.3
   no_test_after_edit: float = 0.6
+  search_constants: float = 0.0
 
   def __post_init__(self):
     for field in dataclasses.fields(self):

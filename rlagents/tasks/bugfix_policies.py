@@ -121,6 +121,25 @@ def _wrong_line(task: bugfix.BugFixTask, rng: np.random.Generator,
   return line_change(number, lines[number - 1], new)
 
 
+def _away_from_fix(task: bugfix.BugFixTask) -> str | None:
+  """The edit that moves a wrong constant one step the other way from its fix (`5` -> `6`
+  where the fix is `4`), or None when the bug is not one integer."""
+  number = task.bug_line
+  line = task.buggy_source.splitlines()[number - 1]
+  fixed = task.fixed_source.splitlines()[number - 1]
+  ours, theirs = _TOKEN.findall(line), _TOKEN.findall(fixed)
+  changed = [(a, b) for a, b in zip(ours, theirs) if a != b]
+  if len(ours) != len(theirs) or len(changed) != 1 or not all(
+      t.isdigit() for t in changed[0]):
+    return None
+  bug, fix = (int(t) for t in changed[0])
+  if 2 * bug - fix < 0:
+    return None
+  index = next(i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b)
+  away = ours[:index] + [str(2 * bug - fix)] + ours[index + 1:]
+  return line_change(number, line, "".join(away))
+
+
 def fixer_segment(config: bugfix.BugFixerConfig):
   """The noisy fixer as `segment(episode, rng)`."""
 
@@ -139,6 +158,11 @@ def fixer_segment(config: bugfix.BugFixerConfig):
       return call("run_tests")
     if tested_now and last.observation.startswith("passed") and edits:
       return submit()
+    if (not edits and task.family == "wrong_constant" and config.search_constants
+        and rng.random() < config.search_constants and rng.random() < 0.5):
+      away = _away_from_fix(task)
+      if away is not None:
+        return away
     if not edits:
       draw = rng.random()
       wrong = None

@@ -202,3 +202,30 @@ def test_the_noisy_fixer_fails_sometimes_and_recovers_sometimes():
   success = np.mean([t["correct_answer"] for t in terms])
   assert 0.3 < success < 1.0
   assert any(t["recovery"] for t in terms)
+
+
+def test_a_searching_fixer_tries_a_wrong_constant_both_ways():
+  tasks = [t for t in SUITE["train"] if t.family == "wrong_constant"]
+  careful = dict(skip_first_test=0.0, wrong_line=0.0, wrong_fix=0.0, no_test_after_edit=0.0)
+
+  def play(search):
+    return bugfix_policies.play("fixer", tasks * 6, toolbox_for=_toolbox,
+                                rng=np.random.default_rng(0), max_tool_calls=6,
+                                fixer=bugfix.BugFixerConfig(**careful, search_constants=search))
+
+  def edits(episode):
+    return [r for r in episode.calls if r.call is not None and r.call.name == "edit"]
+
+  assert tasks and all(len(edits(e)) == 1 for e in play(0.0))  # The oracle's one fix.
+  searched = play(1.0)
+  for episode in searched:
+    # It ends fixed, or with a wrong try that passed the visible tests (the hidden ones fail).
+    if tools.edited_source(episode.task.buggy_source, episode.calls) != (
+        episode.task.fixed_source):
+      assert len(edits(episode)) == 1 and episode.calls[-1].observation.startswith("passed")
+  twice = [e for e in searched if len(edits(e)) == 2]
+  assert 0.25 < len(twice) / len(searched) < 0.75
+  for episode in twice:  # One step the wrong way, a failed run, then back past the bug.
+    first = tools.edited_source(episode.task.buggy_source, episode.calls[:2])
+    assert first not in (episode.task.buggy_source, episode.task.fixed_source)
+    assert episode.calls[2].observation.startswith("failed")
