@@ -2,9 +2,9 @@
 sandbox.
 
 Each episode gets its own workspace (the buggy function) and guarded tools: `view`, `run_tests`
-(the visible tests, in the sandbox), `replace` and `edit`; the answer submits the edited code, and the
-reward runs the hidden tests on it in a fresh sandbox (`rewards.bugfix_reward_terms`). SFT imitates
-the noisy scripted fixer; GRPO then trains on the hidden-test reward. Host code.
+(the visible tests, in the sandbox), `replace` and `edit`; the answer submits the edited code,
+and the reward runs the hidden tests on it in a fresh sandbox (`rewards.bugfix_reward_terms`).
+SFT imitates the noisy scripted fixer; GRPO then trains on the hidden-test reward. Host code.
 
 Sandbox runs dominate a step's cost, so the suite keeps three economies, none of which changes
 a result: kernel-mode runs go through a `sandbox.SandboxPool` of pre-started sandboxes (each

@@ -67,9 +67,9 @@ def line_change(number: int, line: str, new_line: str) -> str:
       start -= 1
   while start > 0 and line.find("".join(ours[start:stop_ours])) != len("".join(ours[:start])):
     start -= 1  # An earlier copy of the old text: widen it to the left until it is the first.
+  # The loop leaves the old text first found where the change is (at the line's start, it is).
   old, new = "".join(ours[start:stop_ours]), "".join(theirs[start:stop_theirs])
-  if (not old or "," in old or "\n" in new
-      or line.find(old) != len("".join(ours[:start]))):
+  if not old or "," in old or "\n" in new:
     return replace(number, new_line)
   return edit(number, old, new)
 
@@ -128,14 +128,15 @@ def _away_from_fix(task: bugfix.BugFixTask) -> str | None:
   line = task.buggy_source.splitlines()[number - 1]
   fixed = task.fixed_source.splitlines()[number - 1]
   ours, theirs = _TOKEN.findall(line), _TOKEN.findall(fixed)
-  changed = [(a, b) for a, b in zip(ours, theirs) if a != b]
-  if len(ours) != len(theirs) or len(changed) != 1 or not all(
-      t.isdigit() for t in changed[0]):
+  changed = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b]
+  if len(ours) != len(theirs) or len(changed) != 1:
     return None
-  bug, fix = (int(t) for t in changed[0])
+  index = changed[0]
+  if not (ours[index].isdigit() and theirs[index].isdigit()):
+    return None
+  bug, fix = int(ours[index]), int(theirs[index])
   if 2 * bug - fix < 0:
     return None
-  index = next(i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b)
   away = ours[:index] + [str(2 * bug - fix)] + ours[index + 1:]
   return line_change(number, line, "".join(away))
 
