@@ -156,6 +156,12 @@ class SelfPlayConfig:
       grammar's `compose` (larger than any training task), so the proposer has seen the
       grammar beyond training's sizes; the rest are the grammar's `demonstrations`. Examples
       that are invalid or belong to an evaluation split are dropped (counted in the log).
+    solver_demonstrations: expert demonstrations (the solver role) added to SFT on the tasks
+      of the grammar's `demonstrations` written from training tasks: for the calculator,
+      training expressions cut to 1 .. num_operands operands. The train split holds only
+      training-size tasks, so the SFT solver is weak on smaller ones; learnability then pays
+      most for those early in self-play and draws the proposer to them. Examples that belong
+      to an evaluation split are dropped. 0 (default) adds none.
     warmup_steps: the phase's first `warmup_steps` steps train the solver on training tasks
       only (no proposals): the proposer starts once the solver has learned the training
       distribution, so that problems of the training size no longer pay the most
@@ -202,6 +208,7 @@ class SelfPlayConfig:
   learnability_peak: float = 0.5
   proposer_demonstrations: int = 1000
   composed_demonstrations: float = 0.0
+  solver_demonstrations: int = 0
   warmup_steps: int = 0
   consolidation_steps: int = 0
   consolidation_fraction: float = 0.0
@@ -227,6 +234,9 @@ class SelfPlayConfig:
     if not _is_count(self.proposer_demonstrations):
       raise ValueError(f"selfplay.proposer_demonstrations must be an int >= 0, got "
                        f"{self.proposer_demonstrations!r}")
+    if not _is_count(self.solver_demonstrations):
+      raise ValueError(f"selfplay.solver_demonstrations must be an int >= 0, got "
+                       f"{self.solver_demonstrations!r}")
     if not 0.0 <= self.composed_demonstrations <= 1.0:
       raise ValueError(f"selfplay.composed_demonstrations must be in [0, 1], got "
                        f"{self.composed_demonstrations}")

@@ -48,6 +48,7 @@ def test_selfplay_variants_build_and_name_the_phase():
     ({"selfplay.proposer_demonstrations": -1}, "selfplay.proposer_demonstrations must be"),
     ({"selfplay.proposer_demonstrations": 0}, "selfplay.proposer_demonstrations > 0"),
     ({"selfplay.composed_demonstrations": 1.5}, "selfplay.composed_demonstrations must be in"),
+    ({"selfplay.solver_demonstrations": -1}, "selfplay.solver_demonstrations must be an int"),
     ({"selfplay.consolidation_steps": -1}, "selfplay.consolidation_steps must be an int >= 0"),
     ({"selfplay.consolidation_fraction": 1.5}, "selfplay.consolidation_fraction must be in"),
     ({"selfplay.consolidation_steps": 40}, "selfplay.consolidation_steps=40 leave no "
@@ -243,7 +244,8 @@ def test_smoke_run_proposals_grow_harder_and_evaluation_tasks_stay_out(tmp_path)
 # a quarter of the prompts replay frontier proposals (the frontier travels with the checkpoint).
 RESUME = {"sft.num_steps": 120, "grpo.num_steps": 10, "checkpoint_every": 5,
           "eval.every_steps": 0, "log_every": 4, "selfplay.consolidation_steps": 3,
-          "selfplay.replay_fraction": 0.25, "selfplay.oversample": 2}
+          "selfplay.replay_fraction": 0.25, "selfplay.oversample": 2,
+          "selfplay.solver_demonstrations": 40}
 
 
 def _run_without_final_report(config, workdir):
@@ -270,6 +272,11 @@ def test_stop_mid_phase_and_resume_continues_exactly(tmp_path):
   config = _config(**RESUME)
   sft_dir = str(tmp_path / "sft")
   _run_without_final_report(_config(**{**RESUME, "grpo.num_steps": 0}), sft_dir)
+  # SFT demonstrated the expert on the train split and on 40 smaller proposals besides.
+  demos = [r for r in guardrails.read_audit_log(os.path.join(sft_dir, "audit", "episodes.jsonl"))
+           if r["phase"] == "sft_demonstration" and r.get("role") != "proposer"]
+  assert len(demos) == config.sft.num_demonstrations + 40
+  assert sum(r["task_id"].startswith("proposed-") for r in demos) == 40
 
   def start(name):
     workdir = str(tmp_path / name)
@@ -365,3 +372,34 @@ def test_composed_proposer_examples_are_larger_and_never_evaluation_tasks(tmp_pa
   job.suite = dataclasses.replace(suite, proposals=dataclasses.replace(grammar, compose=None))
   with pytest.raises(pipeline.JobError, match="gives no composition"):
     phase.warm_start_demonstrations(job, np.random.default_rng(0))
+
+
+def test_solver_examples_are_smaller_training_problems_and_never_evaluation_tasks(tmp_path):
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  import types  # pylint: disable=g-import-not-at-top
+  from rlagents.pipeline import _job  # pylint: disable=g-import-not-at-top
+  config = _config("selfplay", **{"selfplay.solver_demonstrations": 300})
+  suite = _job.load_suite(config, str(tmp_path))
+  phase = pipeline.phases.get_phase("grpo_selfplay")
+  job = types.SimpleNamespace(config=config, suite=suite)
+  assert phase.warm_start_tasks(types.SimpleNamespace(config=_config("selfplay"), suite=suite),
+                                np.random.default_rng(0)) == []
+
+  tasks = phase.warm_start_tasks(job, np.random.default_rng(0))
+  assert len(tasks) == 300
+  counts = {n: sum(t.num_operands == n for t in tasks) for n in range(1, 4)}
+  assert sum(counts.values()) == 300 and min(counts.values()) >= 60, counts
+  train = {t.expression for t in suite.splits["train"]}
+  for task in tasks:  # the real calculator's answer, and a cut of a training expression
+    assert task.answer == int(eval(task.expression))  # pylint: disable=eval-used
+    assert any(e.startswith(task.expression) for e in train)
+  evaluation_keys = {t.expression for split in suite.eval_splits for t in suite.splits[split]}
+  assert not evaluation_keys & {t.expression for t in tasks}
+
+  # An example that is an evaluation task is dropped, not demonstrated.
+  leaked = suite.splits["heldout"][0].expression
+  grammar = dataclasses.replace(
+      suite.proposals, demonstrations=lambda tasks, rng: [leaked] + ["12+3"] * (len(tasks) - 1))
+  job = types.SimpleNamespace(config=config, suite=dataclasses.replace(suite, proposals=grammar))
+  tasks = phase.warm_start_tasks(job, np.random.default_rng(0))
+  assert [t.expression for t in tasks] == ["12+3"] * 299

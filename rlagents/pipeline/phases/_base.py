@@ -136,6 +136,12 @@ class Phase:
     del job
     return ()
 
+  def warm_start_tasks(self, job, rng: np.random.Generator) -> list[Any]:
+    """Tasks besides the train split's on which SFT adds the expert's demonstrations when this
+    phase follows it (e.g. self-play's smaller problems for the solver)."""
+    del job, rng
+    return []
+
   def warm_start_demonstrations(self, job, rng: np.random.Generator
                                 ) -> list[episodes_lib.Episode]:
     """Episodes SFT adds to the expert's demonstrations when this phase follows it (e.g. a

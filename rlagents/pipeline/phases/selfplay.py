@@ -259,6 +259,21 @@ class GRPOSelfPlay(_base.Phase):
               "(selfplay.proposer_demonstrations > 0): it cannot write a proposal otherwise")
     return None
 
+  def warm_start_tasks(self, job, rng):
+    count = job.config.selfplay.solver_demonstrations
+    if not count:
+      return []
+    grammar = _grammar(job)
+    train = job.suite.splits["train"]
+    texts = grammar.demonstrations([train[i] for i in rng.choice(len(train), count)], rng)
+    # Never an evaluation task: the checker's rule, with repeats allowed (they are examples).
+    checker = tasks_lib.ProposalChecker(
+        grammar, {split: job.suite.splits[split] for split in job.suite.eval_splits})
+    kept = [grammar.to_task(t) for t in texts if checker.check(t).reason in ("", "duplicate")]
+    print(f"solver examples: {len(kept)} of {len(texts)} kept "
+          f"({json.dumps({k: v for k, v in checker.counts.items() if v})})", flush=True)
+    return kept
+
   def warm_start_demonstrations(self, job, rng):
     grammar = _grammar(job)
     train = job.suite.splits["train"]

@@ -38,10 +38,12 @@ class SFT(_base.Phase):
     # slips drawn afresh each time.
     train = job.suite.splits["train"]
     tasks = [train[i % len(train)] for i in range(config.sft.num_demonstrations)]
-    demos = job.expert_episodes(tasks, job.rng(self.demos_phase_id))
-    job.outputs.episodes(demos, phase="sft_demonstration", step=0, policy="expert")
-    # The phase after SFT may ask for examples of a role of its own (self-play's proposer).
+    # The phase after SFT may ask for demonstrations on tasks of its own (self-play's smaller
+    # problems) and for examples of a role of its own (self-play's proposer).
     following = _base.get_phase(config.algorithm)
+    extra_tasks = following.warm_start_tasks(job, job.rng(self.demos_phase_id, 2))
+    demos = job.expert_episodes(tasks + extra_tasks, job.rng(self.demos_phase_id))
+    job.outputs.episodes(demos, phase="sft_demonstration", step=0, policy="expert")
     extra = following.warm_start_demonstrations(job, job.rng(self.demos_phase_id, 1))
     if extra:
       job.outputs.episodes(extra, phase="sft_demonstration", step=0, policy="expert",
@@ -60,7 +62,7 @@ class SFT(_base.Phase):
       raise job_lib.JobError(f"a demonstration does not fit the rollout buffer: {error}; raise "
                              "rollout.max_length and model.max_len") from None
     job.outputs.metrics(0, {"expert/train_success":
-                            evaluation.summarize_episodes(demos)["success"],
+                            evaluation.summarize_episodes(demos[:len(tasks)])["success"],
                             "sft/demonstrations": float(len(trained))})
     return (data, _LengthBuckets(data.tokens, config.sft.length_bucket),
             learners.make_sft_step())
