@@ -28,6 +28,7 @@ observations, byte for byte); `toolbox_for` here is the host one, guarded like e
 
 import dataclasses
 import hashlib
+import re
 from typing import Any, Sequence
 
 import numpy as np
@@ -36,6 +37,7 @@ from rlagents import envs
 from rlagents import episodes as episodes_lib
 from rlagents import guardrails
 from rlagents import tools as tools_lib
+from rlagents.tasks import _proposals
 from rlagents.tasks import _registry
 
 SPLITS = ("train", "heldout", "heldout_ood", "calibration")
@@ -50,6 +52,9 @@ REWARD_TERMS = ("correct_answer", "picked_key", "opened_door", "invalid_calls", 
 _HELDOUT_FRACTION = 0.1
 _CALIBRATION_FRACTION = 0.1
 _MAX_SIDE = 10  # coordinates are one digit
+PROPOSER_PROMPT = "propose:"
+PROPOSED_SPLIT = "proposed"
+_LAYOUT = re.compile(r"(\d+)x(\d+) door (\d),(\d) key (\d),(\d) goal (\d),(\d) at (\d),(\d)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -430,8 +435,92 @@ def jax_env(tasks: Sequence[Any], tokenizer, rollout_config,
 
 
 def toolbox_for(task) -> tools_lib.ToolBox:
-  """A fresh world for one episode of `task`, as guarded tools (`move`, `pick`, `open`)."""
+  """A fresh world for one episode of `task`, as guarded tools (`move`, `pick`, `open`); a
+  self-play proposer's episode (`tasks.ProposerTask`) has no world and no tool."""
+  if isinstance(task, _proposals.ProposerTask):
+    return guardrails.guarded_toolbox([], parser=parse_action)
   return guardrails.guarded_toolbox(world_tools(World(task)), parser=parse_action)
+
+
+def proposal_grammar(config: KeyDoorSuiteConfig) -> _proposals.ProposalGrammar:
+  """How the policy proposes worlds (self-play): a layout in the prompt's own format.
+
+  A proposal is a layout text, `7x6 door 3,2 key 1,4 goal 5,0 at 0,1`, of any size from 5x3 up
+  to the larger of the training and OOD sizes (at most 10 a side), its text canonical (no
+  leading zeros, single spaces). It is invalid unless it is a world the generator could draw:
+  the door's column 2 to width-3 (two columns on each side of the wall), the key and the start
+  on distinct cells left of the wall, the goal right of it. Such a world is always
+  solvable (both sides are open rectangles); it is unsolvable when its shortest solution takes
+  more than `max_calls` calls, the suite's own limit. Worlds of the training size are reserved
+  for `heldout` or `calibration` by the hash rule that assigns the splits; `heldout_ood`
+  worlds are caught by the checker by their text.
+  """
+  most_width = max(config.width, config.ood_width)
+  most_height = max(config.height, config.ood_height)
+
+  def to_task(text: str) -> KeyDoorTask:
+    match = _LAYOUT.fullmatch(text)
+    if not match or any(len(g) > 1 and g.startswith("0") for g in match.groups()):
+      raise _proposals.InvalidProposal(
+          f"{text!r} is not a layout `WxH door x,y key x,y goal x,y at x,y`")
+    (width, height, door_x, door_y, key_x, key_y, goal_x, goal_y, start_x,
+     start_y) = map(int, match.groups())
+    problems = []
+    if not (5 <= width <= most_width and 3 <= height <= most_height):
+      problems.append(f"size {width}x{height} outside 5x3 .. {most_width}x{most_height}")
+    elif not 2 <= door_x <= width - 3:
+      problems.append(f"door column {door_x} outside 2 .. {width - 3}")
+    elif not all(0 <= y < height for y in (door_y, key_y, goal_y, start_y)):
+      problems.append(f"a row outside 0 .. {height - 1}")
+    elif not (key_x < door_x and start_x < door_x and door_x < goal_x < width):
+      problems.append("the key and the start must lie left of the door's column, the goal "
+                      "right of it")
+    elif (key_x, key_y) == (start_x, start_y):
+      problems.append("the key lies on the start")
+    if problems:
+      raise _proposals.InvalidProposal(f"{text!r}: {problems[0]}")
+    fields = dict(width=width, height=height, door_x=door_x, door_y=door_y, key_x=key_x,
+                  key_y=key_y, goal_x=goal_x, goal_y=goal_y, start_x=start_x, start_y=start_y)
+    calls = shortest_calls(_Fields(fields))
+    if calls > config.max_calls:
+      raise _proposals.UnsolvableProposal(
+          f"{text!r}: the shortest solution takes {calls} calls, over max_calls="
+          f"{config.max_calls}")
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return KeyDoorTask(task_id=f"{PROPOSED_SPLIT}-{digest}", split=PROPOSED_SPLIT,
+                       shortest_calls=calls, **fields)
+
+  def reserved_split(layout: str) -> str | None:
+    match = _LAYOUT.fullmatch(layout)
+    if not match or (int(match[1]), int(match[2])) != (config.width, config.height):
+      return None
+    split = _split_of(layout)
+    return None if split == "train" else split
+
+  def difficulty(task: KeyDoorTask) -> dict[str, float]:
+    return {"area": float(task.width * task.height), "calls": float(task.shortest_calls)}
+
+  def demonstrations(train_tasks, rng: np.random.Generator) -> list[str]:
+    del rng
+    return [layout_text(task) for task in train_tasks]
+
+  def compose(first: KeyDoorTask, second: KeyDoorTask, rng: np.random.Generator) -> str:
+    # The first world's objects in a grid grown towards the OOD size (larger in at least one
+    # side), the goal moved to the second world's goal where it fits: larger than training's.
+    width = int(rng.integers(first.width, most_width + 1))
+    height = int(rng.integers(first.height, most_height + 1))
+    if (width, height) == (first.width, first.height):
+      width, height = most_width, most_height
+    fields = {f.name: getattr(first, f.name) for f in dataclasses.fields(first)}
+    fields.update(width=width, height=height)
+    if first.door_x < second.goal_x < width and second.goal_y < height:
+      fields.update(goal_x=second.goal_x, goal_y=second.goal_y)
+    return layout_text(_Fields(fields))
+
+  return _proposals.ProposalGrammar(
+      prompt=PROPOSER_PROMPT, to_task=to_task, key=layout_text,
+      reserved_split=reserved_split, difficulty=difficulty, demonstrations=demonstrations,
+      compose=compose)
 
 
 def from_record(record) -> KeyDoorTask:
@@ -458,4 +547,5 @@ def suite(config, data_dir: str):
   return _registry.TaskSuite(
       name="keydoor", splits=splits, eval_splits=("heldout", "heldout_ood", "calibration"),
       toolbox_for=toolbox_for, score=score, reward_terms=REWARD_TERMS, expert=expert,
-      task_from_record=from_record, jax_env=make_jax_env)
+      task_from_record=from_record, jax_env=make_jax_env,
+      proposals=proposal_grammar(settings))

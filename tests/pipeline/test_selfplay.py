@@ -22,6 +22,7 @@ from rlagents import pipeline
 from rlagents.metrics import read_csv
 from rlagents.pipeline import _replay
 from rlagents.pipeline import _report
+from rlagents.tasks import keydoor as keydoor_tasks
 
 
 def _config(variant="selfplay_smoke", **overrides):
@@ -332,10 +333,10 @@ def test_stop_mid_phase_and_resume_continues_exactly(tmp_path):
 
 
 def test_a_suite_without_a_proposal_grammar_stops_before_training(tmp_path):
-  from experiments.configs import keydoor  # pylint: disable=g-import-not-at-top
+  from experiments.configs import codefix  # pylint: disable=g-import-not-at-top
   config = pipeline.config_from_dict(configs.with_overrides(
-      keydoor.get_config("smoke").to_dict(), {"algorithm": "grpo_selfplay"}))
-  with pytest.raises(pipeline.JobError, match="task suite 'keydoor' gives no proposal grammar"):
+      codefix.get_config("smoke").to_dict(), {"algorithm": "grpo_selfplay"}))
+  with pytest.raises(pipeline.JobError, match="task suite 'bugfix' gives no proposal grammar"):
     pipeline.train_and_evaluate(config, str(tmp_path / "run"))
   assert not os.path.exists(tmp_path / "run" / "checkpoints" / "sft" / "1")
 
@@ -403,3 +404,28 @@ def test_solver_examples_are_smaller_training_problems_and_never_evaluation_task
   job = types.SimpleNamespace(config=config, suite=dataclasses.replace(suite, proposals=grammar))
   tasks = phase.warm_start_tasks(job, np.random.default_rng(0))
   assert [t.expression for t in tasks] == ["12+3"] * 299
+
+
+@pytest.mark.slow  # the key-door smoke job (SFT 60 steps, 4 self-play steps): ~1.5 min on 2 cores.
+def test_selfplay_runs_on_the_key_door_world_through_its_grammar(tmp_path):
+  from experiments.configs import keydoor  # pylint: disable=g-import-not-at-top
+  config = pipeline.config_from_dict(configs.with_overrides(
+      keydoor.get_config("smoke").to_dict(),
+      {"algorithm": "grpo_selfplay", "selfplay.proposer_demonstrations": 200,
+       "selfplay.composed_demonstrations": 0.5, "selfplay.solver_demonstrations": 50}))
+  workdir = str(tmp_path / "run")
+  report = pipeline.train_and_evaluate(config, workdir)
+  records = guardrails.read_audit_log(os.path.join(workdir, "audit", "episodes.jsonl"))
+  demos = [r for r in records if r["phase"] == "sft_demonstration"]
+  examples = [r["answer"] for r in demos if r.get("role") == "proposer"]
+  # The proposer's examples are layouts the grammar accepts (those over max_calls=9 or in an
+  # evaluation split dropped), about half of them larger worlds.
+  grammar = keydoor_tasks.proposal_grammar(config.keydoor)
+  areas = [grammar.difficulty(grammar.to_task(text))["area"] for text in examples]
+  assert len(examples) >= 150 and sum(a > 6 * 4 for a in areas) >= 0.3 * len(examples)
+  assert sum(r["task_id"].startswith("proposed-") for r in demos
+             if r.get("role") != "proposer") == 50
+  proposals = _proposals(workdir)
+  assert len(proposals) == 4 * 2 and all(r["verdict"] for r in proposals)
+  counts = report["after_sft"]["selfplay"]["proposals"]
+  assert sum(counts.values()) == len(proposals)

@@ -1,5 +1,7 @@
 """The proposal interface and its checker, on the calculator suite's grammar."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -142,3 +144,53 @@ def test_any_suite_grammar_plugs_in_and_unsolvable_is_counted():
                                           "eval_split", "duplicate"]
   assert [v.split for v in verdicts][3:5] == ["heldout", "calibration"]
   assert checker.eval_split_counts == {"heldout": 1, "calibration": 1}
+
+
+def test_the_key_door_grammar_accepts_worlds_the_generator_could_draw_and_nothing_else():
+  from rlagents.tasks import keydoor  # pylint: disable=g-import-not-at-top
+  config = keydoor.KeyDoorSuiteConfig(num_train=200, num_heldout=20, num_heldout_ood=20,
+                                      num_calibration=20)
+  worlds = keydoor.generate_suite(config)
+  grammar = keydoor.proposal_grammar(config)
+  checker = tasks.ProposalChecker(
+      grammar, {s: worlds[s] for s in ("heldout", "heldout_ood", "calibration")})
+  rng = np.random.default_rng(0)
+
+  # Every training world's layout is accepted as the same world, with its shortest solution.
+  for world in worlds["train"][:50]:
+    task = checker.check(keydoor.layout_text(world)).task
+    assert task.split == "proposed" and task.prompt == world.prompt
+    assert task.shortest_calls == world.shortest_calls
+    assert grammar.difficulty(task) == {"area": 42.0, "calls": float(world.shortest_calls)}
+  # A world is played by the same rules: the expert's plan solves a proposed one.
+  task = grammar.to_task("8x5 door 4,1 key 0,4 goal 7,0 at 3,0")
+  episode = keydoor.run_expert_episodes(
+      [task], toolbox_for=keydoor.toolbox_for, rng=rng, max_tool_calls=40,
+      config=dataclasses.replace(config, slip_rate=0.0, malformed_rate=0.0,
+                                 forget_key_rate=0.0))[0]
+  assert keydoor.reward_terms(episode)["correct_answer"] == 1.0
+  assert len(episode.actions) - 1 == task.shortest_calls == 7 + 1 + 6 + 1 + 5
+
+  for text in ("7x6 door 3,2 key 1,4 goal 5,0 at 1,4",   # the key on the start
+               "7x6 door 1,2 key 0,4 goal 5,0 at 0,1",   # one column left of the wall
+               "7x6 door 3,2 key 4,4 goal 5,0 at 0,1",   # the key right of the wall
+               "7x6 door 3,2 key 1,6 goal 5,0 at 0,1",   # a row outside the grid
+               "11x6 door 3,2 key 1,4 goal 5,0 at 0,1",  # wider than any split's worlds
+               "07x6 door 3,2 key 1,4 goal 5,0 at 0,1",  # not canonical
+               "7x6 door 3,2  key 1,4 goal 5,0 at 0,1", "move(north)"):
+    assert checker.check(text).reason == "invalid", text
+  long_way = "10x8 door 7,0 key 0,7 goal 9,7 at 6,0"  # 13 + 1 + 13 + 1 + 10 calls
+  assert checker.check(long_way).accepted
+  strict = tasks.ProposalChecker(keydoor.proposal_grammar(
+      dataclasses.replace(config, max_calls=37)), {})
+  assert strict.check(long_way).reason == "unsolvable"  # over the suite's max_calls
+  assert checker.check(keydoor.layout_text(worlds["heldout"][0])).split == "heldout"
+  assert checker.check(keydoor.layout_text(worlds["heldout_ood"][0])).split == "heldout_ood"
+  assert checker.check(keydoor.layout_text(worlds["train"][0])).reason == "duplicate"
+
+  # Composed examples are larger than training's worlds and mostly valid.
+  composed = [grammar.compose(a, b, rng)
+              for a, b in zip(worlds["train"][:100], worlds["train"][100:200])]
+  areas = [grammar.difficulty(grammar.to_task(t))["area"] for t in composed
+           if checker.check(t).reason in ("", "duplicate", "eval_split")]
+  assert len(areas) >= 90 and min(areas) > 42
