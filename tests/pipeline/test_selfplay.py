@@ -383,7 +383,8 @@ def test_solver_examples_are_smaller_training_problems_and_never_evaluation_task
   suite = _job.load_suite(config, str(tmp_path))
   phase = pipeline.phases.get_phase("grpo_selfplay")
   job = types.SimpleNamespace(config=config, suite=suite)
-  assert phase.warm_start_tasks(types.SimpleNamespace(config=_config("selfplay"), suite=suite),
+  none = _config("selfplay", **{"selfplay.solver_demonstrations": 0})
+  assert phase.warm_start_tasks(types.SimpleNamespace(config=none, suite=suite),
                                 np.random.default_rng(0)) == []
 
   tasks = phase.warm_start_tasks(job, np.random.default_rng(0))
