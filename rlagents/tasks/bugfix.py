@@ -177,12 +177,16 @@ class BugFixerConfig:
       the fix's direction: its first edit moves the constant one up or one down at random,
       so half the time the other way, which the tests then show (a search a policy can learn,
       where the oracle's direction is arithmetic it cannot see).
+    misquote: probability that an `edit` it writes first names an old text that is not in the
+      line (a token of another line); the tool refuses it, quoting the line, and the fixer
+      then writes the edit it meant: demonstrations of recovering from a refused edit.
   """
   skip_first_test: float = 0.3
   wrong_line: float = 0.3
   wrong_fix: float = 0.3
   no_test_after_edit: float = 0.6
   search_constants: float = 0.0
+  misquote: float = 0.0
 
   def __post_init__(self):
     for field in dataclasses.fields(self):

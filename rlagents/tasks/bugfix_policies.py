@@ -148,12 +148,18 @@ def fixer_segment(config: bugfix.BugFixerConfig):
     task: bugfix.BugFixTask = episode.task
     calls = episode.calls
     source = current_source(episode)
-    edits = [r for r in calls if r.call is not None and r.call.name in tools_lib.EDIT_TOOLS]
+    edits = [r for r in calls
+             if r.call is not None and r.call.name in tools_lib.EDIT_TOOLS and r.valid]
     if not calls and rng.random() >= config.skip_first_test:
       return call("run_tests")
     last = calls[-1] if calls else None
     tested_now = last is not None and last.call is not None and last.call.name == "run_tests"
-    if last is not None and last.call is not None and last.call.name in tools_lib.EDIT_TOOLS:
+    last_edit = (last is not None and last.call is not None
+                 and last.call.name in tools_lib.EDIT_TOOLS)
+    if last_edit and not last.valid:  # A refused edit (misquoted): the edit it meant.
+      repair = _repair(source, task.fixed_source)
+      return repair if repair is not None else submit()
+    if last_edit:
       if rng.random() < config.no_test_after_edit:
         return submit()
       return call("run_tests")
@@ -174,9 +180,33 @@ def fixer_segment(config: bugfix.BugFixerConfig):
       if wrong is not None:
         return wrong
     repair = _repair(source, task.fixed_source)
-    return repair if repair is not None else submit()
+    if repair is None:
+      return submit()
+    return _maybe_misquote(repair, source, config, rng)
 
   return segment
+
+
+_EDIT_CALL = re.compile(r"<call>edit\(([0-9]+),([^,]*),(.*)\)</call>", re.DOTALL)
+
+
+def _maybe_misquote(text: str, source: str, config: bugfix.BugFixerConfig,
+                    rng: np.random.Generator) -> str:
+  """`text`, or with probability `config.misquote` (when `text` is an `edit`) the same edit
+  naming a token of another line that is not in its line, which the tool refuses; the fixer's
+  next call is then `text` (a repair is the same whatever came before)."""
+  match = _EDIT_CALL.fullmatch(text)
+  if not config.misquote or match is None or rng.random() >= config.misquote:
+    return text
+  number, new = int(match.group(1)), match.group(3)
+  lines = source.splitlines()
+  line = lines[number - 1]
+  others = sorted({token for n, other in enumerate(lines, start=1) if n != number
+                   for token in _TOKEN.findall(other)
+                   if token.strip() and "," not in token and token not in line})
+  if not others:
+    return text
+  return edit(number, others[int(rng.integers(len(others)))], new)
 
 
 def _special_cases(task: bugfix.BugFixTask) -> str:

@@ -122,13 +122,15 @@ def edit_line(source: str, line: int, old: str, new: str) -> str:
     new: what replaces its first occurrence; newlines make several lines.
 
   Raises:
-    ToolError: no such line, `old` not in it, no change, or a result that does not parse.
+    ToolError: no such line, `old` not in it (the message quotes the line), no change, or a
+      result that does not parse.
   """
   lines = source.splitlines()
   if not 1 <= line <= len(lines):
     raise _protocol.ToolError(f"no line {line}")
   if old not in lines[line - 1]:
-    raise _protocol.ToolError(f"no {old} in line {line}")
+    # The line, as it is, so that the next try can copy its old text from right here.
+    raise _protocol.ToolError(f"no {old} in line {line}: {lines[line - 1].strip()}")
   return replace_line(source, line, lines[line - 1].replace(old, new, 1))
 
 

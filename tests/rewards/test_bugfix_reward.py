@@ -229,3 +229,32 @@ def test_a_searching_fixer_tries_a_wrong_constant_both_ways():
     first = tools.edited_source(episode.task.buggy_source, episode.calls[:2])
     assert first not in (episode.task.buggy_source, episode.task.fixed_source)
     assert episode.calls[2].observation.startswith("failed")
+
+
+def test_a_misquoting_fixer_recovers_from_the_refusal_by_copying_the_quoted_line():
+  tasks = SUITE["train"][:40]
+  careful = dict(skip_first_test=0.0, wrong_line=0.0, wrong_fix=0.0, no_test_after_edit=0.0)
+
+  def play(misquote):
+    return bugfix_policies.play("fixer", tasks, toolbox_for=_toolbox,
+                                rng=np.random.default_rng(0), max_tool_calls=6,
+                                fixer=bugfix.BugFixerConfig(**careful, misquote=misquote))
+
+  assert not any(r.status != tools.CallStatus.OK for e in play(0.0) for r in e.calls)
+  misquoted = 0
+  for episode in play(1.0):
+    refused = [i for i, r in enumerate(episode.calls) if r.status != tools.CallStatus.OK]
+    # Every repair that is an `edit` is first refused once (a `replace` never is), and the
+    # episode still ends with the fixed code.
+    assert tools.edited_source(episode.task.buggy_source, episode.calls) == (
+        episode.task.fixed_source)
+    for i in refused:
+      misquoted += 1
+      bad, meant = episode.calls[i], episode.calls[i + 1]
+      line = int(bad.call.arguments.split(",")[0])
+      text = episode.task.buggy_source.splitlines()[line - 1].strip()
+      assert bad.observation.endswith(f" in line {line}: {text}")  # the line, quoted
+      assert meant.call.name == "edit" and meant.observation == "ok"
+      assert meant.call.arguments.split(",")[1] in text  # its old text is in the quote
+      assert meant.call.arguments.split(",")[2:] == bad.call.arguments.split(",")[2:]
+  assert misquoted >= 30
