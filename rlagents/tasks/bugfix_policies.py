@@ -187,18 +187,16 @@ def fixer_segment(config: bugfix.BugFixerConfig):
   return segment
 
 
-_EDIT_CALL = re.compile(r"<call>edit\(([0-9]+),([^,]*),(.*)\)</call>", re.DOTALL)
-
-
 def _maybe_misquote(text: str, source: str, config: bugfix.BugFixerConfig,
                     rng: np.random.Generator) -> str:
   """`text`, or with probability `config.misquote` (when `text` is an `edit`) the same edit
   naming a token of another line that is not in its line, which the tool refuses; the fixer's
   next call is then `text` (a repair is the same whatever came before)."""
-  match = _EDIT_CALL.fullmatch(text)
-  if not config.misquote or match is None or rng.random() >= config.misquote:
+  opening, closing = call("edit", "\0").split("\0")
+  if (not config.misquote or not text.startswith(opening)
+      or rng.random() >= config.misquote):
     return text
-  number, new = int(match.group(1)), match.group(3)
+  number, _, new = tools_lib.parse_edit(text[len(opening):-len(closing)])
   lines = source.splitlines()
   line = lines[number - 1]
   others = sorted({token for n, other in enumerate(lines, start=1) if n != number

@@ -220,6 +220,12 @@ def _grammar(job) -> tasks_lib.ProposalGrammar:
   return grammar
 
 
+def _checker(job) -> tasks_lib.ProposalChecker:
+  """A checker of the suite's proposals against every evaluation split's tasks."""
+  return tasks_lib.ProposalChecker(
+      _grammar(job), {split: job.suite.splits[split] for split in job.suite.eval_splits})
+
+
 def proposer_episode(task: tasks_lib.ProposerTask, text: str) -> episodes_lib.Episode:
   """A proposer episode that answers `task` with the proposal `text` (a demonstration)."""
   segment = episodes_lib.ANSWER_OPEN + text + episodes_lib.ANSWER_CLOSE
@@ -267,8 +273,7 @@ class GRPOSelfPlay(_base.Phase):
     train = job.suite.splits["train"]
     texts = grammar.demonstrations([train[i] for i in rng.choice(len(train), count)], rng)
     # Never an evaluation task: the checker's rule, with repeats allowed (they are examples).
-    checker = tasks_lib.ProposalChecker(
-        grammar, {split: job.suite.splits[split] for split in job.suite.eval_splits})
+    checker = _checker(job)
     kept = [grammar.to_task(t) for t in texts if checker.check(t).reason in ("", "duplicate")]
     print(f"solver examples: {len(kept)} of {len(texts)} kept "
           f"({json.dumps({k: v for k, v in checker.counts.items() if v})})", flush=True)
@@ -291,8 +296,7 @@ class GRPOSelfPlay(_base.Phase):
       texts = [grammar.compose(first, train[j], rng)
                for first, j in zip(sources[:composed], seconds)] + texts
     # An example may never be an evaluation task, nor one the policy could not propose.
-    checker = tasks_lib.ProposalChecker(
-        grammar, {split: job.suite.splits[split] for split in job.suite.eval_splits})
+    checker = _checker(job)
     kept = [t for t in texts if checker.check(t).reason in ("", "duplicate")]
     if len(kept) < len(texts):
       print(f"proposer examples: dropped {len(texts) - len(kept)} of {len(texts)} "
@@ -302,10 +306,8 @@ class GRPOSelfPlay(_base.Phase):
             for i, text in enumerate(kept)]
 
   def prepare(self, job, state, reference):
-    grammar = _grammar(job)
     update, reference = grpo_phase.prepare_update(job, reference)
-    checker = tasks_lib.ProposalChecker(
-        grammar, {split: job.suite.splits[split] for split in job.suite.eval_splits})
+    checker = _checker(job)
     advantages = jax.jit(functools.partial(
         losses.role_conditioned_advantages, num_groups=job.config.grpo.prompts_per_step + 1,
         num_roles=2, epsilon=job.config.grpo.advantage_epsilon))
