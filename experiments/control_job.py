@@ -157,10 +157,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   # Every chunk the same length, so it compiles once: the largest divisor of the iterations
   # that is <= log_every.
   chunk_size = max(d for d in range(1, config.log_every + 1) if num_iterations % d == 0)
-  if config.checkpoint_every % chunk_size:
-    raise ValueError(f"checkpoint_every = {config.checkpoint_every} must be a multiple of the "
-                     f"chunk of {chunk_size} iterations (the largest divisor of "
-                     f"{num_iterations} iterations <= log_every = {config.log_every})")
+  if config.checkpoint_every < 1:
+    raise ValueError(f"checkpoint_every = {config.checkpoint_every} must be >= 1 (iterations "
+                     f"between checkpoints)")
   checkpointer = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=2)
   history = None  # dict of [seeds, iterations so far] arrays
   done = 0
@@ -207,7 +206,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       recent = history["episode_success"][:, done - chunk_size:done]
       line += f"  success {_nanmean(recent):.3f}"
     print(line + f"  {time.time() - start:6.1f} s", flush=True)
-    if done % config.checkpoint_every == 0 or done == num_iterations:
+    # At the end of the chunk that crosses a multiple of checkpoint_every (chunks need not
+    # divide it: the chunk is fixed by the iteration count and log_every).
+    if (done // config.checkpoint_every > (done - chunk_size) // config.checkpoint_every
+        or done == num_iterations):
       checkpointer.save(done, {"state": state, "history": history},
                         {"iterations": done, "env_steps": steps})
   checkpointer.close()

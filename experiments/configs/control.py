@@ -29,7 +29,7 @@ documented there; validated when the run starts); `dreamer` (likewise of
 `rlagents.learners.dreamer.DreamerConfig`, `world_model` holding those of
 `rlagents.world_models.WorldModelConfig`); `num_devices` (local devices on the mesh's `data`
 axis; 0 for as many as the batch of `num_envs` splits evenly over); `checkpoint_every`
-(iterations between checkpoints, a multiple of the chunk);
+(iterations between checkpoints: one at the end of each chunk that crosses a multiple);
 `compare_with` (a finished run's workdir whose rolling return is drawn beside ours);
 `target_return` (summary.json gives each seed's real steps to this rolling return); `seed`; `num_seeds` (independent seeds trained together under `vmap`); `log_every` (at
 most this many updates per jitted chunk: the largest divisor of the updates, so that one length

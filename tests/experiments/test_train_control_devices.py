@@ -94,3 +94,25 @@ def test_resume_equals_the_uninterrupted_run(tmp_path):
   assert rows["whole"] == rows["resumed"]
   with open(tmp_path / "resumed" / "summary.json") as f:
     assert json.load(f)["env_steps_per_seed"] == 384
+
+
+def test_checkpoints_when_the_chunk_does_not_divide_checkpoint_every(tmp_path):
+  """The chunk is fixed by the iteration count and log_every (CartPole's default: 976
+  iterations, chunks of 61, checkpoints every 512); a checkpoint lands at the end of each chunk
+  that crosses a multiple of checkpoint_every, and at the end."""
+  from rlagents import checkpoint
+  config = control_configs.get_config("smoke")
+  config.ppo.update(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 20)
+  config.num_seeds = 1
+  config.log_every = 4  # chunks of 4 of the 20 iterations
+  config.checkpoint_every = 6
+  stopped = control_job.train_and_evaluate(config, str(tmp_path), stop_after_iterations=9)
+  assert stopped == {"stopped_at_iteration": 12}
+  saved = checkpoint.Checkpointer(str(tmp_path / "checkpoints"))
+  assert saved.all_steps() == [8, 12]  # 8 crosses 6, 12 reaches 12
+  saved.close()
+  summary = control_job.train_and_evaluate(config, str(tmp_path))
+  assert summary["env_steps_per_seed"] == 4 * 8 * 20
+  saved = checkpoint.Checkpointer(str(tmp_path / "checkpoints"))
+  assert saved.latest_step() == 20
+  saved.close()
