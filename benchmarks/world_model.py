@@ -284,6 +284,17 @@ def main(argv):
     print("  real steps to target, PPO median / Dreamer median: " + (
         f"{result['steps_ratio_ppo_over_dreamer']:.2f}x" if reached
         else "n/a (a side's median seed did not reach the target)"), flush=True)
+    # The acceptance reading: every Dreamer seed against PPO's median seed.
+    for suffix in ("", "_10"):
+      worst = result["dreamer"][f"steps_to_target{suffix}"]
+      ok = (all(s is not None for s in worst)
+            and result["ppo"][f"seeds_reached{suffix}"] * 2 > _SEEDS.value)
+      result[f"ppo_median_over_dreamer_slowest{suffix}"] = (
+          result["ppo"][f"steps_median{suffix}"] / max(worst) if ok else None)
+      print(f"  PPO median / Dreamer's slowest seed ({'100' if not suffix else '10'} episodes): "
+            + (f"{result[f'ppo_median_over_dreamer_slowest{suffix}']:.2f}x" if ok
+               else "n/a (a Dreamer seed or PPO's median seed did not reach the target)"),
+            flush=True)
     reached = all(result[side]["seeds_reached_10"] * 2 > _SEEDS.value
                   for side in ("ppo", "dreamer"))
     result["steps_ratio_ppo_over_dreamer_10"] = (
