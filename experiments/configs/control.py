@@ -56,9 +56,9 @@ OPTIONS = ("smoke",)
 # size 1e-4. Against one update, every state, free bits of 1 nat and 3e-4 (the earlier setting),
 # the rolling-10 return at 12,288 real steps went from 185 [179, 228] to 428 [389, 446] (median
 # [min, max] of 3 seeds; docs/world_models.md).
-# 32,768 real steps: every seed measured reaches a rolling-10 return of 475 by ~27k (PPO's
-# median ~150k); past ~36k this setting drifts (the cart leaves the track, then the pole falls;
-# docs/world_models.md).
+# 32,768 real steps: 7 of 8 seeds reach a rolling-10 return of 475 by 27,360 (median 16,368;
+# PPO's median 151,552); past ~36k this setting drifts (the cart leaves the track, then the pole
+# falls; docs/world_models.md).
 CARTPOLE_DREAMER = dict(
     total_timesteps=32_768, num_envs=4, collect_steps=4, batch_size=16, seq_len=16,
     updates_per_collect=2, imagine_stride=2, actor_lr=1e-4, hidden_size=64,
