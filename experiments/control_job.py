@@ -253,12 +253,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       "wall_seconds": time.time() - start,
       "learning_curve": png,
   }
-  # Real steps at which each seed's rolling return first reached `target_return` (None: never).
-  reached = rolling >= config.target_return
+  # Real steps at which each seed's rolling return first reached `target_return`, once
+  # `rolling_window` episodes have ended (None: never).
   summary["target_return"] = config.target_return
-  summary["steps_to_target"] = [
-      int(history["env_steps"][s, np.argmax(reached[s])]) if reached[s].any() else None
-      for s in range(config.num_seeds)]
+  summary["steps_to_target"] = ppo.steps_to_rolling_target(
+      history["episode_return"], history["episodes"], history["env_steps"],
+      config.target_return, config.rolling_window)
   # Means over the last `rolling_window` episodes.
   summary["final_episode_length"] = ppo.rolling_episode_mean(
       history["episode_length"], history["episodes"], config.rolling_window)[:, -1].tolist()

@@ -625,6 +625,33 @@ def make_data_parallel_train(
   return train
 
 
+def steps_to_rolling_target(episode_mean: np.ndarray, episodes: np.ndarray,
+                            env_steps: np.ndarray, target: float,
+                            window: int = 100) -> list[int | None]:
+  """Per seed, the real steps after which the rolling mean first reached `target` (host code).
+
+  The rolling mean is `rolling_episode_mean(episode_mean, episodes, window)`, counted only once
+  `window` episodes have ended: a mean over fewer episodes is biased towards short ones (in a
+  maze whose failures run to the time limit, the first episodes to end are successes).
+
+  Args:
+    episode_mean: `[seeds, num_updates]` per-update means of a per-episode quantity.
+    episodes: `[seeds, num_updates]` episodes that ended in each update.
+    env_steps: `[seeds, num_updates]` real steps after each update.
+    target: the threshold (reached at >=).
+    window: episodes per rolling mean.
+
+  Returns:
+    One entry per seed: the steps, or None where the target was never reached.
+  """
+  rolling = rolling_episode_mean(episode_mean, episodes, window)
+  full = np.cumsum(np.asarray(episodes, np.float64), axis=-1) >= window
+  reached = full & (np.nan_to_num(rolling, nan=-np.inf) >= target)
+  env_steps = np.asarray(env_steps)
+  return [int(env_steps[seed, np.argmax(reached[seed])]) if reached[seed].any() else None
+          for seed in range(reached.shape[0])]
+
+
 def rolling_episode_mean(episode_mean: np.ndarray, episodes: np.ndarray,
                          window: int = 100) -> np.ndarray:
   """Mean over the last >= `window` episodes after each update (host code, not jittable).

@@ -113,6 +113,18 @@ def test_rolling_episode_mean_hand_worked():
   np.testing.assert_allclose(out, [[np.nan, 5.0]])
 
 
+def test_steps_to_rolling_target_waits_for_a_full_window():
+  # A maze's first episodes to end are its successes (failures run to the time limit): the mean
+  # over the 2 episodes of update 0 is 1.0, but the window of 3 is full only at update 2, whose
+  # mean is (2*1 + 0) / 3; update 3 alone holds 3 successes.
+  success = np.array([[1.0, np.nan, 0.0, 1.0], [1.0, 0.0, 0.0, 0.0]])
+  episodes = np.array([[2, 0, 1, 3], [1, 1, 1, 1]])
+  env_steps = np.array([[10, 20, 30, 40], [10, 20, 30, 40]])
+  assert ppo.rolling_episode_mean(success, episodes, 3)[0, 0] == 1.0
+  assert ppo.steps_to_rolling_target(success, episodes, env_steps, 0.95, window=3) == [40, None]
+  assert ppo.steps_to_rolling_target(success, episodes, env_steps, 0.6, window=3) == [30, None]
+
+
 def test_data_parallel_keeps_parameters_equal_across_devices_and_learns():
   # The CartPole budget above with its 8 environments split over 2 devices (4 each).
   train = ppo.make_data_parallel_train(CARTPOLE, num_devices=2)
