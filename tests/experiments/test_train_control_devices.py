@@ -8,6 +8,7 @@ import pytest
 
 from experiments import control_job
 from experiments.configs import control as control_configs
+from rlagents import checkpoint
 from rlagents import envs
 from rlagents.learners import ppo
 
@@ -100,7 +101,6 @@ def test_checkpoints_when_the_chunk_does_not_divide_checkpoint_every(tmp_path):
   """The chunk is fixed by the iteration count and log_every (CartPole's default: 976
   iterations, chunks of 61, checkpoints every 512); a checkpoint lands at the end of each chunk
   that crosses a multiple of checkpoint_every, and at the end."""
-  from rlagents import checkpoint
   config = control_configs.get_config("smoke")
   config.ppo.update(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 20)
   config.num_seeds = 1
